@@ -1,0 +1,108 @@
+"""Where the text comes from: the embedded KJV, any TFDS text dataset, or a folder of .txt files.
+
+Every source gives a list of documents (str) per split ("train", "validation", "test").
+
+Folder of .txt files (one document per file): subfolders train/, validation/ and test/ are used as
+they are when present; otherwise the sorted files are split as: last 10% (at least one) test,
+the 10% before them (at least one) validation, the rest train.
+"""
+
+import pathlib
+
+import tensorflow_datasets as tfds
+
+from keynorm_jax import kjv_dataset
+
+SPLITS = ("train", "validation", "test")
+
+
+class DataError(ValueError):
+  """A data source that cannot be read; the message says what to do."""
+
+
+def _decode(value, where: str) -> str:
+  if isinstance(value, str):
+    return value
+  try:
+    return bytes(value).decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise DataError(f"{where} is not valid UTF-8 ({e}). Re-encode it as UTF-8, e.g. "
+                    f"`iconv -f latin1 -t utf-8`.") from None
+
+
+def _tfds_documents(builder, split: str, text_feature: str, name: str):
+  features = builder.info.features
+  if text_feature not in features:
+    raise DataError(f"TFDS dataset {name!r} has no feature {text_feature!r}; its features are "
+                    f"{', '.join(features.keys())}. Set --config.data.text_feature to one of them.")
+  if split not in builder.info.splits:
+    raise DataError(f"TFDS dataset {name!r} has no split {split!r}; it has "
+                    f"{', '.join(builder.info.splits.keys())}. Set the split in config.data.")
+  source = builder.as_data_source(split)
+  return [_decode(source[i][text_feature], f"{name}[{split}][{i}].{text_feature}")
+          for i in range(len(source))]
+
+
+def kjv_documents(split: str, data_dir=None):
+  builder = kjv_dataset.KjvBible(data_dir=data_dir, file_format="array_record")
+  builder.download_and_prepare()
+  return _tfds_documents(builder, split, "text", "kjv_bible")
+
+
+def tfds_documents(name: str, split: str, text_feature: str = "text", data_dir=None):
+  """Documents of a named TFDS dataset (downloaded and prepared on first use: needs network)."""
+  try:
+    builder = tfds.builder(name, data_dir=data_dir, file_format="array_record")
+  except tfds.core.registered.DatasetNotFoundError as e:
+    raise DataError(f"Unknown TFDS dataset {name!r}. Use 'kjv' (the embedded default), a "
+                    f"'text_folder', or a TFDS text dataset such as 'pg19', 'lm1b' or "
+                    f"'wiki40b/en'. ({str(e).splitlines()[0]})") from None
+  builder.download_and_prepare()
+  return _tfds_documents(builder, split, text_feature, name)
+
+
+def _folder_splits(files):
+  n = len(files)
+  if n < 3:
+    raise DataError(f"The text folder has {n} .txt file(s); it needs at least 3 (train, "
+                    f"validation and test are split by whole files), or subfolders train/, "
+                    f"validation/ and test/.")
+  held = max(1, n // 10)
+  return {"train": files[:n - 2 * held], "validation": files[n - 2 * held:n - held],
+          "test": files[n - held:]}
+
+
+def folder_documents(folder, split: str):
+  folder = pathlib.Path(folder)
+  if not folder.is_dir():
+    raise DataError(f"Text folder {str(folder)!r} does not exist; set --config.data.text_folder "
+                    f"to a folder of .txt files (one document per file).")
+  if all((folder / s).is_dir() for s in SPLITS):
+    files = sorted((folder / split).glob("*.txt"))
+    if not files:
+      raise DataError(f"{folder / split} holds no .txt files.")
+  else:
+    files = sorted(folder.glob("*.txt"))
+    if not files:
+      raise DataError(f"Text folder {str(folder)!r} holds no .txt files; put one document per "
+                      f".txt file there.")
+    files = _folder_splits(files)[split]
+  return [_decode(f.read_bytes(), str(f)) for f in files]
+
+
+def load_documents(data_config, split: str):
+  """Documents of `split` from the source named by data_config.dataset."""
+  if split not in SPLITS:
+    raise DataError(f"Unknown split {split!r}; choose one of {', '.join(SPLITS)}.")
+  name = data_config.dataset
+  data_dir = data_config.get("data_dir") or None
+  if name == "kjv":
+    documents = kjv_documents(split, data_dir)
+  elif name == "text_folder":
+    documents = folder_documents(data_config.text_folder, split)
+  else:
+    documents = tfds_documents(name, data_config.get(f"{split}_split", split),
+                               data_config.text_feature, data_dir)
+  if not any(documents):
+    raise DataError(f"Split {split!r} of {name!r} holds no text.")
+  return documents

@@ -1,0 +1,74 @@
+"""`python eval.py`: evaluate every run under a folder and write the tables and plots."""
+
+import datetime
+import json
+import pathlib
+import platform
+import sys
+import time
+import traceback
+
+import jax
+
+from keynorm_jax.diagnostics import run_diagnostics
+from keynorm_jax.eval_report import markdown_table, write_results
+from keynorm_jax.evaluation import evaluate_run, held_out_tokens
+from keynorm_jax.inference_scaling import INFERENCE_SCALINGS
+from keynorm_jax.run_loading import find_runs, load_run
+
+
+def check_scaling_names(names):
+  unknown = [n for n in names if n not in INFERENCE_SCALINGS]
+  if unknown:
+    raise ValueError(f"Unknown --rope_scaling {', '.join(unknown)}; choose from "
+                     f"{', '.join(INFERENCE_SCALINGS)} (comma-separated).")
+
+
+def evaluate_workdir(workdir, *, lengths, requests, num_windows=16, batch_size=0, output=None,
+                     diagnostics=False, echo=print):
+  """Evaluates every run found under `workdir`; returns (records, failures, paths).
+
+  A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
+  stop the others.
+  """
+  workdir = pathlib.Path(workdir)
+  runs = find_runs(workdir)
+  output = pathlib.Path(output) if output else workdir / "eval"
+  records, failures, found_diagnostics = [], {}, {}
+  tokens_by_data = {}
+  started = time.perf_counter()
+  for index, run_dir in enumerate(runs, 1):
+    try:
+      run = load_run(run_dir)
+      key = json.dumps(run.config.data.to_dict(), sort_keys=True)
+      if key not in tokens_by_data:
+        tokens_by_data[key] = held_out_tokens(run.config)
+      tokens = tokens_by_data[key]
+      echo(f"[{index}/{len(runs)}] {run.name} (step {run.step}, trained at "
+           f"{run.config.train_length})")
+      records += evaluate_run(run, lengths=lengths, requests=requests, num_windows=num_windows,
+                              batch_size=batch_size, tokens=tokens,
+                              progress=lambda what: echo(f"  evaluating {what}"))
+      if diagnostics:
+        found_diagnostics[run.name] = run_diagnostics(run, lengths=lengths, tokens=tokens)
+    except Exception as e:  # pylint: disable=broad-except
+      failures[run_dir.name] = f"{type(e).__name__}: {e}"
+      echo(f"  FAILED {run_dir.name}: {type(e).__name__}: {e}")
+      if not isinstance(e, (ValueError, RuntimeError)):
+        traceback.print_exc(file=sys.stderr)
+  paths = {}
+  if records:
+    meta = {
+        "command": " ".join(sys.argv), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "jax": jax.__version__, "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()], "machine": platform.platform(),
+        "python": platform.python_version(), "num_windows": num_windows,
+        "seconds": round(time.perf_counter() - started, 1), "failures": failures,
+    }
+    paths = write_results(records, output, meta=meta,
+                          diagnostics=found_diagnostics if diagnostics else None)
+    echo("\n" + markdown_table(records) + "\n")
+    echo("Wrote " + ", ".join(str(p) for p in paths.values()))
+  for name, message in failures.items():
+    echo(f"Run {name} was not evaluated: {message}")
+  return records, failures, paths

@@ -1,0 +1,106 @@
+"""Evaluation results as a table (printed, results.md), results.json, results.csv and PNG plots."""
+
+import csv
+import json
+import pathlib
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+CSV_FIELDS = ("run", "config", "step", "train_length", "length", "set", "rope_scaling", "accuracy",
+              "accuracy_stderr", "accuracy_beyond_train", "loss", "tokens", "windows")
+
+
+def _pct(x):
+  return "" if x is None else f"{100 * x:.2f}"
+
+
+def markdown_table(records) -> str:
+  """Rows = run x scaling; columns = length x set (accuracy %, +- standard error)."""
+  columns = sorted({(r["length"], r["set"]) for r in records},
+                   key=lambda c: (c[0], c[1] != "repeated"))
+  rows = list(dict.fromkeys((r["run"], r["rope_scaling"]) for r in records))
+  by_key = {(r["run"], r["rope_scaling"], r["length"], r["set"]): r for r in records}
+  head = ["run", "scaling"] + [f"{length} {s}" for length, s in columns]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for run, scaling in rows:
+    cells = []
+    for length, s in columns:
+      r = by_key.get((run, scaling, length, s))
+      cells.append("" if r is None else f"{_pct(r['accuracy'])} ± {_pct(r['accuracy_stderr'])}")
+    lines.append("| " + " | ".join([run, scaling] + cells) + " |")
+  return "\n".join(lines)
+
+
+def plot_accuracy_by_position(records, path) -> None:
+  """Accuracy against position at the longest length, one panel per set, a line per run x scaling."""
+  longest = max(r["length"] for r in records)
+  sets = ("repeated", "non_repeated")
+  fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
+  for ax, eval_set in zip(axes, sets):
+    for r in records:
+      if r["length"] != longest or r["set"] != eval_set:
+        continue
+      xs = [r["position_bucket"] * (i + 0.5) for i in range(len(r["accuracy_by_position"]))]
+      style = "-" if r["rope_scaling"] == "none" else "--"
+      ax.plot(xs, r["accuracy_by_position"], style, lw=1.2,
+              label=f"{r['run']} ({r['rope_scaling']})")
+    train_lengths = {r["train_length"] for r in records}
+    for t in train_lengths:
+      ax.axvline(t, color="grey", lw=0.8, ls=":")
+    ax.set_title(f"{eval_set}, length {longest}")
+    ax.set_xlabel("position")
+    ax.grid(alpha=0.3)
+  axes[0].set_ylabel("next-token accuracy")
+  axes[1].legend(fontsize=7, loc="best")
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def plot_diagnostics(diagnostics, path) -> None:
+  """Attention entropy by position (mean over layers) and key-norm spread per layer, per run."""
+  fig, (ax_entropy, ax_norm) = plt.subplots(1, 2, figsize=(13, 4.5))
+  for run, by_length in diagnostics.items():
+    longest = max(by_length, key=int)
+    found = by_length[longest]
+    layers = list(found["layers"].values())
+    entropy = [sum(col) / len(col) for col in zip(*(l["entropy_by_position"] for l in layers))]
+    xs = [found["position_bucket"] * (i + 0.5) for i in range(len(entropy))]
+    ax_entropy.plot(xs, entropy, lw=1.2, label=run)
+    ax_norm.plot(range(len(layers)), [l["raw_key_norm_cv"] for l in layers], "o-", label=run)
+  ax_entropy.set_title("attention entropy (nats), mean over layers")
+  ax_entropy.set_xlabel("query position")
+  ax_norm.set_title("spread of raw key norms ||k_j|| (std / mean)")
+  ax_norm.set_xlabel("layer")
+  for ax in (ax_entropy, ax_norm):
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def write_results(records, output, *, meta, diagnostics=None) -> dict:
+  """Writes results.{json,csv,md} (and the plots) into `output`; returns their paths."""
+  output = pathlib.Path(output)
+  output.mkdir(parents=True, exist_ok=True)
+  paths = {name: output / name for name in ("results.json", "results.csv", "results.md",
+                                            "accuracy_by_position.png")}
+  payload = {"meta": meta, "results": records}
+  if diagnostics is not None:
+    payload["diagnostics"] = diagnostics
+  paths["results.json"].write_text(json.dumps(payload, indent=1))
+  with paths["results.csv"].open("w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(records)
+  paths["results.md"].write_text(
+      "Next-token accuracy (%) ± standard error over windows.\n\n" + markdown_table(records) + "\n")
+  plot_accuracy_by_position(records, paths["accuracy_by_position.png"])
+  if diagnostics:
+    paths["diagnostics.png"] = output / "diagnostics.png"
+    plot_diagnostics(diagnostics, paths["diagnostics.png"])
+  return paths

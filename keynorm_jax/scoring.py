@@ -1,0 +1,43 @@
+"""Next-token scoring of token windows: per-token correctness and loss, jit-compiled once per shape."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+
+def token_scores(logits_BxTxV, targets_BxT):
+  """(correct [B, T] float32, negative log-likelihood [B, T]) of next-token predictions."""
+  correct = (jnp.argmax(logits_BxTxV, axis=-1) == targets_BxT).astype(jnp.float32)
+  nll = optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, targets_BxT)
+  return correct, nll
+
+
+def make_scorer(model):
+  """jit(params, windows [B, L+1]) -> (correct [B, L], nll [B, L])."""
+
+  @jax.jit
+  def score(params, windows_BxL1):
+    logits = model.apply({"params": params}, windows_BxL1[:, :-1], deterministic=True)
+    return token_scores(logits, windows_BxL1[:, 1:])
+
+  return score
+
+
+def score_windows(scorer, params, windows, batch_size: int):
+  """Scores all windows [N, L+1] in batches of batch_size (the last one padded, so one compile).
+
+  Returns numpy (correct [N, L], nll [N, L]).
+  """
+  windows = np.asarray(windows, np.int32)
+  count = len(windows)
+  correct, nll = [], []
+  for start in range(0, count, batch_size):
+    batch = windows[start:start + batch_size]
+    real = len(batch)
+    if real < batch_size:
+      batch = np.concatenate([batch, np.repeat(batch[-1:], batch_size - real, axis=0)])
+    c, n = jax.device_get(scorer(params, batch))
+    correct.append(c[:real])
+    nll.append(n[:real])
+  return np.concatenate(correct), np.concatenate(nll)

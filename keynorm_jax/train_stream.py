@@ -1,0 +1,47 @@
+"""The training stream: shuffled windows of train_length + 1 tokens, endless, batched per host.
+
+Documents are joined with the separator id into one token stream and cut into consecutive windows
+that overlap by one token (so every token is a target exactly once per epoch). We join rather than
+pack with segment ids: KJV books (and most long-document corpora) are far longer than a training
+window, so few windows straddle a boundary, the separator marks it, and every attention variant
+stays a plain causal attention.
+
+The pipeline is a Grain dataset; its iterator's `get_state()` is a small dict saved with every
+checkpoint, so a resumed run sees exactly the batches it would have seen.
+"""
+
+import grain
+import numpy as np
+
+from keynorm_jax.corpora import DataError
+
+
+def num_windows(num_tokens: int, train_length: int) -> int:
+  return max(0, (num_tokens - 1) // train_length)
+
+
+def train_dataset(tokens, *, train_length: int, global_batch_size: int, seed: int,
+                  process_index: int = 0, process_count: int = 1) -> grain.IterDataset:
+  """Endless dataset of int32 batches [global_batch_size / process_count, train_length + 1].
+
+  Each epoch is a fresh shuffle (seeded) of all windows; every host sees the same global batch
+  order and keeps its own contiguous slice of each batch.
+  """
+  tokens = np.asarray(tokens, np.int32)
+  count = num_windows(len(tokens), train_length)
+  if count < global_batch_size:
+    raise DataError(f"The training text has {len(tokens)} tokens: {count} windows of "
+                    f"{train_length + 1}, fewer than one batch of {global_batch_size}. Use a "
+                    f"smaller batch_size or train_length, or more text.")
+  if global_batch_size % process_count:
+    raise DataError(f"batch_size {global_batch_size} is not divisible by the {process_count} "
+                    f"hosts; choose a multiple of {process_count}.")
+  local = global_batch_size // process_count
+  lo = process_index * local
+
+  def window(i):
+    return tokens[i * train_length:i * train_length + train_length + 1]
+
+  dataset = (grain.MapDataset.range(count).shuffle(seed=seed).repeat(None).map(window)
+             .batch(global_batch_size, drop_remainder=True).map(lambda b: b[lo:lo + local]))
+  return dataset.to_iter_dataset()

@@ -1,0 +1,54 @@
+r"""Trains a GAU language model: `python train.py --config=kna_rope`.
+
+--config takes a name from configs/ (kna_rope, baseline_rope, ...) or a path to a config file;
+--config.key=value overrides any field (e.g. --config.model_size=tiny --config.num_train_steps=50).
+--workdir defaults to runs/<config name>. A workdir with checkpoints resumes from the latest.
+Launched as one process of several (Cloud TPU pods, SLURM, or JAX_COORDINATOR_ADDRESS /
+JAX_NUM_PROCESSES / JAX_PROCESS_ID set), pass --multihost to join JAX's multi-host runtime.
+"""
+
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from keynorm_jax import run_config
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config name or file.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default runs/<config name>).")
+_MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first.")
+
+
+def expand_config_name(argv):
+  """Rewrites `--config=NAME` (or `--config NAME`) to the path of configs/NAME.py."""
+  argv = list(argv)
+  for i, arg in enumerate(argv):
+    if arg.startswith("--config="):
+      argv[i] = f"--config={run_config.config_path(arg.split('=', 1)[1])}"
+    elif arg == "--config" and i + 1 < len(argv):
+      argv[i + 1] = str(run_config.config_path(argv[i + 1]))
+  return argv
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
+  if _MULTIHOST.value:
+    from keynorm_jax import sharding  # pylint: disable=g-import-not-at-top
+    sharding.maybe_initialize_distributed()
+  from keynorm_jax.training import train_and_evaluate  # pylint: disable=g-import-not-at-top
+
+  config = _CONFIG.value
+  train_and_evaluate(config, _WORKDIR.value or f"runs/{config.name}")
+
+
+if __name__ == "__main__":
+  try:
+    sys.argv = expand_config_name(sys.argv)
+  except run_config.ConfigError as e:
+    sys.exit(f"error: {e}")
+  flags.mark_flag_as_required("config")
+  app.run(main)
