@@ -21,13 +21,20 @@ _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initial
 
 
 def expand_config_name(argv):
-  """Rewrites `--config=NAME` (or `--config NAME`) to the path of configs/NAME.py."""
-  argv = list(argv)
+  """Rewrites `--config=NAME` (or `--config NAME`) to the path of configs/NAME.py and checks
+  that every `--config.KEY=...` override names a field of that config."""
+  argv, path = list(argv), None
   for i, arg in enumerate(argv):
     if arg.startswith("--config="):
-      argv[i] = f"--config={run_config.config_path(arg.split('=', 1)[1])}"
+      path = run_config.config_path(arg.split("=", 1)[1])
+      argv[i] = f"--config={path}"
     elif arg == "--config" and i + 1 < len(argv):
-      argv[i + 1] = str(run_config.config_path(argv[i + 1]))
+      path = run_config.config_path(argv[i + 1])
+      argv[i + 1] = str(path)
+  if path is not None:
+    overrides = [a[len("--config."):].split("=", 1)[0] for a in argv
+                 if a.startswith("--config.")]
+    run_config.check_override_keys(run_config.load_config(str(path)), overrides)
   return argv
 
 
@@ -42,7 +49,10 @@ def main(argv):
   from keynorm_jax.training import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
   config = _CONFIG.value
-  train_and_evaluate(config, _WORKDIR.value or f"runs/{config.name}")
+  try:
+    train_and_evaluate(config, _WORKDIR.value or f"runs/{config.name}")
+  except (ValueError, RuntimeError, FloatingPointError) as e:  # config, data, checkpoint, NaN
+    sys.exit(f"error: {type(e).__name__}: {e}")
 
 
 if __name__ == "__main__":

@@ -35,10 +35,12 @@ def _tfds_documents(builder, split: str, text_feature: str, name: str):
   if text_feature not in features:
     raise DataError(f"TFDS dataset {name!r} has no feature {text_feature!r}; its features are "
                     f"{', '.join(features.keys())}. Set --config.data.text_feature to one of them.")
-  if split not in builder.info.splits:
-    raise DataError(f"TFDS dataset {name!r} has no split {split!r}; it has "
-                    f"{', '.join(builder.info.splits.keys())}. Set the split in config.data.")
-  source = builder.as_data_source(split)
+  try:
+    source = builder.as_data_source(split)
+  except (KeyError, ValueError) as e:
+    raise DataError(f"TFDS dataset {name!r} has no split {split!r} "
+                    f"({str(e).splitlines()[0]}); it has {', '.join(builder.info.splits.keys())}. "
+                    f"Set config.data.{{train,validation,test}}_split.") from None
   return [_decode(source[i][text_feature], f"{name}[{split}][{i}].{text_feature}")
           for i in range(len(source))]
 

@@ -5,6 +5,7 @@ fields left at 0 from the model_size preset, `validate` rejects what cannot run 
 says what to do, and `gau_config` gives the model's static description.
 """
 
+import difflib
 import pathlib
 import sys
 
@@ -62,6 +63,27 @@ def load_config(name_or_path: str) -> ml_collections.ConfigDict:
   _put_repo_on_path()
   return config_flags.config_flags._LoadConfigModule(  # pylint: disable=protected-access
       "config", str(config_path(name_or_path))).get_config()
+
+
+def flat_keys(config) -> list[str]:
+  """Dotted names of every field, e.g. 'train_length', 'data.dataset'."""
+  out = []
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      out += [f"{key}.{sub}" for sub in flat_keys(value)]
+    else:
+      out.append(key)
+  return out
+
+
+def check_override_keys(config, keys) -> None:
+  """ConfigError naming an override key the config does not have, with the nearest names."""
+  known = flat_keys(config)
+  for key in keys:
+    if key not in known:
+      close = difflib.get_close_matches(key, known, n=3)
+      hint = f" Did you mean {', '.join(close)}?" if close else ""
+      raise ConfigError(f"Unknown config key {key!r}.{hint} Keys: {', '.join(known)}.")
 
 
 def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

@@ -1,0 +1,167 @@
+"""Tokenizer, corpora (KJV through TFDS, named TFDS datasets, text folders), stream and eval sets."""
+
+import hashlib
+import pathlib
+import subprocess
+import sys
+
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from keynorm_jax import corpora, kjv_dataset, tokenizer
+from keynorm_jax.eval_sets import eval_windows
+from keynorm_jax.train_stream import train_dataset
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def kjv_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("tfds"))
+
+
+def _data_config(**kwargs):
+  c = ml_collections.ConfigDict(dict(dataset="kjv", text_feature="text", data_dir="",
+                                     text_folder="", train_split="train",
+                                     validation_split="validation", test_split="test"))
+  c.update(kwargs)
+  return c
+
+
+def test_tokenizer_round_trip_and_ids():
+  text = "In the beginning — naïve café, 日本語 ✓"
+  ids = tokenizer.encode(text)
+  assert ids.max() < 256 and len(ids) == len(text.encode("utf-8"))
+  assert tokenizer.decode(ids) == text
+  joined = tokenizer.join_documents(["ab", "c"])
+  assert joined.tolist() == [97, 98, tokenizer.SEPARATOR_ID, 99, tokenizer.SEPARATOR_ID]
+  assert tokenizer.VOCAB_SIZE == 257
+
+
+def test_kjv_prepares_offline_with_book_splits(kjv_dir):
+  splits = {s: corpora.kjv_documents(s, kjv_dir) for s in corpora.SPLITS}
+  assert [len(splits[s]) for s in ("train", "validation", "test")] == [61, 2, 3]
+  assert sum(len(d.encode()) for d in splits["test"]) >= 400_000
+  prepared = pathlib.Path(kjv_dir) / "kjv_bible" / "1.0.0"
+  assert any(prepared.glob("*.array_record*"))
+  stamp = prepared.stat().st_mtime
+  corpora.kjv_documents("test", kjv_dir)  # reused, not prepared again
+  assert prepared.stat().st_mtime == stamp
+  books = dict(kjv_dataset.kjv_books())
+  assert sorted(splits["test"]) == sorted(books[t] for t in kjv_dataset.TEST_BOOKS)
+
+
+def test_no_held_out_text_in_training_stream(kjv_dir):
+  train_docs = corpora.load_documents(_data_config(data_dir=kjv_dir), "train")
+  stream = tokenizer.join_documents(train_docs)
+  stream_bytes = bytes(np.where(stream == tokenizer.SEPARATOR_ID, 0, stream).astype(np.uint8))
+  for split in ("validation", "test"):
+    for doc in corpora.load_documents(_data_config(data_dir=kjv_dir), split):
+      assert doc not in train_docs
+      assert doc.encode()[:300] not in stream_bytes
+  # Every window the stream yields is a window of the training text.
+  length = 128
+  windows = {stream[i * length:i * length + length + 1].tobytes()
+             for i in range((len(stream) - 1) // length)}
+  batches = iter(train_dataset(stream, train_length=length, global_batch_size=4, seed=0))
+  for _ in range(5):
+    for row in next(batches):
+      assert row.tobytes() in windows
+
+
+def test_stream_is_endless_reshuffled_and_restorable():
+  tokens = np.arange(41, dtype=np.int32)  # 10 windows of 4 + 1 tokens
+  it = iter(train_dataset(tokens, train_length=4, global_batch_size=5, seed=3))
+  epoch1 = np.concatenate([next(it), next(it)])
+  state = it.get_state()
+  epoch2 = np.concatenate([next(it), next(it)])
+  starts1, starts2 = sorted(epoch1[:, 0]), sorted(epoch2[:, 0])
+  assert starts1 == starts2 == list(range(0, 40, 4))          # every window once per epoch
+  assert epoch1[:, 0].tolist() != epoch2[:, 0].tolist()        # in a new order
+  it.set_state(state)
+  np.testing.assert_array_equal(np.concatenate([next(it), next(it)]), epoch2)
+  fresh = iter(train_dataset(tokens, train_length=4, global_batch_size=5, seed=3))
+  fresh.set_state(state)
+  np.testing.assert_array_equal(next(fresh), epoch2[:5])
+
+
+def test_hosts_split_the_global_batch():
+  tokens = np.arange(200, dtype=np.int32)
+  full = next(iter(train_dataset(tokens, train_length=4, global_batch_size=6, seed=1)))
+  parts = [next(iter(train_dataset(tokens, train_length=4, global_batch_size=6, seed=1,
+                                   process_index=i, process_count=2))) for i in range(2)]
+  np.testing.assert_array_equal(np.concatenate(parts), full)
+
+
+def test_eval_windows_repeated_really_repeats(kjv_dir):
+  tokens = tokenizer.join_documents(corpora.load_documents(_data_config(data_dir=kjv_dir), "test"))
+  natural = eval_windows(tokens, kind="non_repeated", length=4096, count=8, train_length=512)
+  repeated = eval_windows(tokens, kind="repeated", length=4096, count=8, train_length=512)
+  assert natural.shape == repeated.shape == (8, 4097)
+  np.testing.assert_array_equal(repeated[:, 512:], repeated[:, :-512])
+  np.testing.assert_array_equal(repeated[:, :512], natural[:, :512])
+  assert not np.array_equal(natural[:, 512:1024], natural[:, :512])
+  starts = [int(np.flatnonzero(np.all(np.lib.stride_tricks.sliding_window_view(
+      tokens, 4097) == w, axis=1))[0]) for w in natural[:2]]
+  assert starts[0] == 0 and starts[1] - starts[0] >= 4097     # disjoint, evenly spaced
+
+
+def test_eval_windows_identical_across_processes(kjv_dir):
+  code = ("import hashlib, sys; sys.path.insert(0, '.');"
+          "from keynorm_jax import corpora, tokenizer; from keynorm_jax.eval_sets import eval_windows;"
+          f"t = tokenizer.join_documents(corpora.kjv_documents('test', {kjv_dir!r}));"
+          "w = eval_windows(t, kind='non_repeated', length=4096, count=16, train_length=512);"
+          "print(hashlib.sha256(w.tobytes()).hexdigest())")
+  digests = {subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout.strip() for _ in range(2)}
+  tokens = tokenizer.join_documents(corpora.kjv_documents("test", kjv_dir))
+  here = eval_windows(tokens, kind="non_repeated", length=4096, count=16, train_length=512)
+  assert digests == {hashlib.sha256(here.tobytes()).hexdigest()}
+
+
+def test_eval_length_the_data_cannot_fill():
+  tokens = np.zeros(10_000, np.int32)
+  with pytest.raises(corpora.DataError, match=r"at most 2 windows.*largest length is 2499"):
+    eval_windows(tokens, kind="non_repeated", length=4096, count=4, train_length=512)
+
+
+def test_text_folder_splits_and_errors(tmp_path):
+  for i in range(10):
+    (tmp_path / f"doc{i}.txt").write_text(f"document {i} ü")
+  config = _data_config(dataset="text_folder", text_folder=str(tmp_path))
+  got = {s: corpora.load_documents(config, s) for s in corpora.SPLITS}
+  assert got["test"] == ["document 9 ü"] and got["validation"] == ["document 8 ü"]
+  assert len(got["train"]) == 8
+  (tmp_path / "bad.txt").write_bytes(b"caf\xe9")  # Latin-1, sorts first -> train
+  with pytest.raises(corpora.DataError, match="not valid UTF-8.*iconv"):
+    corpora.load_documents(config, "train")
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  with pytest.raises(corpora.DataError, match="holds no .txt files"):
+    corpora.load_documents(_data_config(dataset="text_folder", text_folder=str(empty)), "train")
+  with pytest.raises(corpora.DataError, match="does not exist"):
+    corpora.load_documents(_data_config(dataset="text_folder", text_folder=str(tmp_path / "x")),
+                           "train")
+
+
+def test_text_folder_with_split_subfolders(tmp_path):
+  for split in corpora.SPLITS:
+    (tmp_path / split).mkdir()
+    (tmp_path / split / "a.txt").write_text(f"{split} text")
+  config = _data_config(dataset="text_folder", text_folder=str(tmp_path))
+  assert corpora.load_documents(config, "validation") == ["validation text"]
+
+
+def test_named_tfds_dataset_through_mock_data():
+  with tfds.testing.mock_data(num_examples=4):
+    docs = corpora.load_documents(_data_config(dataset="lm1b"), "train")
+    assert len(docs) == 4 and all(isinstance(d, str) for d in docs)
+    with pytest.raises(corpora.DataError, match="no feature 'body'.*text"):
+      corpora.load_documents(_data_config(dataset="lm1b", text_feature="body"), "train")
+
+
+def test_unknown_dataset_name():
+  with pytest.raises(corpora.DataError, match="Unknown TFDS dataset 'no_such_corpus'.*kjv"):
+    corpora.load_documents(_data_config(dataset="no_such_corpus"), "train")

@@ -1,0 +1,161 @@
+"""The extrapolation evaluator on tiny models trained in the test."""
+
+import csv
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from keynorm_jax import training
+from keynorm_jax.eval_command import evaluate_workdir
+from keynorm_jax.eval_sets import eval_windows
+from keynorm_jax.evaluation import ScalingRequest, held_out_tokens
+from keynorm_jax.model import GAULM
+from keynorm_jax.run_config import gau_config
+from keynorm_jax.run_loading import load_run
+from train_helpers import tiny_config
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+QUIET = lambda *_: None
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  root = tmp_path_factory.mktemp("runs")
+  data_dir = str(tmp_path_factory.mktemp("tfds"))
+  for name in ("kna_rope", "baseline_nope"):
+    training.train_and_evaluate(tiny_config(name, data_dir=data_dir, num_train_steps=10,
+                                            checkpoint_every_steps=10), root / name)
+  return root
+
+
+def _evaluate(workdir, tmp_path, **kwargs):
+  kwargs.setdefault("lengths", [128])
+  kwargs.setdefault("requests", [ScalingRequest()])
+  kwargs.setdefault("num_windows", 4)
+  return evaluate_workdir(workdir, output=tmp_path, echo=QUIET, **kwargs)
+
+
+def test_accuracy_equals_direct_computation(runs, tmp_path):
+  records, failures, _ = _evaluate(runs / "kna_rope", tmp_path)
+  assert not failures
+  run = load_run(runs / "kna_rope")
+  model = GAULM(gau_config(run.config))
+  tokens = held_out_tokens(run.config)
+  for record in records:
+    windows = eval_windows(tokens, kind=record["set"], length=record["length"], count=4,
+                           train_length=32)
+    logits = np.asarray(model.apply({"params": run.params}, windows[:, :-1]))
+    correct = logits.argmax(-1) == windows[:, 1:]
+    per_window = correct.mean(axis=1)
+    assert record["accuracy"] == pytest.approx(per_window.mean(), abs=1e-9)
+    assert record["accuracy_stderr"] == pytest.approx(per_window.std(ddof=1) / 2, abs=1e-9)
+    assert record["accuracy_beyond_train"] == (
+        pytest.approx(correct[:, 32:].mean(), abs=1e-9) if record["length"] > 32 else None)
+    log_probs = jax.nn.log_softmax(logits)
+    nll = -np.take_along_axis(np.asarray(log_probs), windows[:, 1:, None], -1).mean()
+    assert record["loss"] == pytest.approx(nll, rel=1e-5)
+    assert record["tokens"] == 4 * record["length"]
+  assert {(r["length"], r["set"]) for r in records} == {
+      (32, "repeated"), (32, "non_repeated"), (128, "repeated"), (128, "non_repeated")}
+
+
+def test_numbers_identical_across_invocations(runs, tmp_path):
+  strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]
+  first, _, _ = _evaluate(runs, tmp_path / "a")
+  second, _, _ = _evaluate(runs, tmp_path / "b")
+  assert strip(first) == strip(second)
+
+
+def test_scalings_at_training_length_equal_none_where_the_formula_says(runs, tmp_path):
+  names = ["none", "linear", "ntk", "dynamic_ntk", "yarn", "rerope"]
+  requests = [ScalingRequest(rope_scaling=n, rerope_window=32) for n in names]
+  records, _, _ = _evaluate(runs / "kna_rope", tmp_path, lengths=[32], requests=requests)
+  for eval_set in ("repeated", "non_repeated"):
+    found = {r["rope_scaling"]: (r["accuracy"], r["loss"]) for r in records
+             if r["set"] == eval_set}
+    for name in names:
+      assert found[name][0] == found["none"][0]
+      assert found[name][1] == pytest.approx(found["none"][1], rel=1e-6)
+  # ...and at 4x the training length they do differ.
+  records, _, _ = _evaluate(runs / "kna_rope", tmp_path, requests=requests[:3])
+  long = {r["rope_scaling"]: r["loss"] for r in records if r["length"] == 128}
+  assert len(set(long.values())) == 3
+
+
+def test_output_files_exist_and_parse(runs, tmp_path):
+  records, _, paths = _evaluate(runs, tmp_path, diagnostics=True,
+                                requests=[ScalingRequest(), ScalingRequest("yarn")])
+  results = json.loads(paths["results.json"].read_text())["results"]
+  required = {"run", "config", "train_length", "length", "set", "rope_scaling", "accuracy",
+              "accuracy_stderr", "accuracy_beyond_train", "loss", "tokens"}
+  assert len(results) == len(records) and all(required <= set(r) for r in results)
+  assert {r["run"] for r in results} == {"kna_rope", "baseline_nope"}
+  # RoPE scalings do nothing to a NoPE model: only "none" is reported for it.
+  assert {r["rope_scaling"] for r in results if r["run"] == "baseline_nope"} == {"none"}
+  with paths["results.csv"].open() as f:
+    assert len(list(csv.DictReader(f))) == len(records)
+  assert "| kna_rope | yarn |" in paths["results.md"].read_text()
+  for png in ("accuracy_by_position.png", "diagnostics.png"):
+    assert paths[png].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  diagnostics = json.loads(paths["results.json"].read_text())["diagnostics"]
+  kna_layer = diagnostics["kna_rope"]["128"]["layers"]["layer_0"]
+  nope_layer = diagnostics["baseline_nope"]["128"]["layers"]["layer_0"]
+  assert kna_layer["key_norm_cv"] == 0.0 and nope_layer["key_norm_cv"] > 0.0
+  assert len(kna_layer["entropy_by_position"]) == 128 // 4
+  assert 0.0 < kna_layer["entropy_beyond_train"] < np.log(128)
+
+
+def test_a_failing_run_does_not_stop_the_others(runs, tmp_path):
+  root = tmp_path / "runs"
+  shutil.copytree(runs / "kna_rope", root / "good")
+  shutil.copytree(runs / "kna_rope", root / "mismatched")
+  meta = root / "mismatched" / "checkpoints" / "10" / "config" / "metadata"
+  saved = json.loads(meta.read_text())
+  saved["attention_heads"] = 4
+  meta.write_text(json.dumps(saved))
+  (root / "empty" / "checkpoints").mkdir(parents=True)
+  records, failures, _ = _evaluate(root, tmp_path / "out")
+  assert {r["run"] for r in records} == {"good"}
+  assert "does not match this code" in failures["mismatched"]
+  assert "no finished checkpoint" in failures["empty"]
+
+
+def test_length_the_data_cannot_fill_is_reported(runs, tmp_path):
+  records, failures, _ = _evaluate(runs / "kna_rope", tmp_path, lengths=[2_000_000])
+  assert not records
+  assert "largest length is" in failures["kna_rope"]
+
+
+def _eval_cli(*args):
+  return subprocess.run([sys.executable, str(REPO / "eval.py"), *args], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_cli_prints_table_and_writes_files(runs, tmp_path):
+  result = _eval_cli(f"--workdir={runs}", "--lengths=64,128", "--rope_scaling=none,rerope",
+                     "--num_windows=2", f"--output={tmp_path}", "--posthoc_logn")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "| kna_rope | rerope+logn |" in result.stdout
+  assert (tmp_path / "results.json").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--length=16"], "shorter than kna_rope's training length 32"),
+    (["--rope_scaling=ntk,longrope"], "Unknown --rope_scaling longrope"),
+])
+def test_cli_bad_input(runs, tmp_path, args, message):
+  result = _eval_cli(f"--workdir={runs / 'kna_rope'}", f"--output={tmp_path}", *args)
+  assert result.returncode != 0
+  assert message in result.stdout + result.stderr
+
+
+def test_cli_without_checkpoints(tmp_path):
+  result = _eval_cli(f"--workdir={tmp_path}")
+  assert result.returncode != 0
+  assert "No trained runs under" in result.stdout + result.stderr

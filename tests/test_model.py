@@ -1,0 +1,93 @@
+"""The GAU language model: parameter count by hand, causality, options, jit."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from keynorm_jax.inference_scaling import InferenceScaling
+from keynorm_jax.model import GAULM, GAUConfig, count_params, rms_norm
+
+CFG = GAUConfig(vocab_size=257, num_layers=2, d_model=16, expansion=24, qk_size=8)
+
+
+def _init(cfg, length=12):
+  model = GAULM(cfg)
+  return model, model.init(jax.random.PRNGKey(0), jnp.zeros([1, length], jnp.int32))["params"]
+
+
+def _expected_params(cfg):
+  d, e, s, v = cfg.d_model, cfg.expansion, cfg.qk_size, cfg.vocab_size
+  per_layer = d * (2 * e + s) + e * d + 4 * s + (2 * s if cfg.qk_norm else 0)
+  return v * d + cfg.num_layers * per_layer + (0 if cfg.tie_embeddings else d * v)
+
+
+@pytest.mark.parametrize("changes", [{}, {"qk_norm": True}, {"tie_embeddings": True}])
+def test_parameter_count_by_hand(changes):
+  cfg = dataclasses.replace(CFG, **changes)
+  _, params = _init(cfg)
+  assert count_params(params) == _expected_params(cfg)
+
+
+def test_seed_size_is_about_100m():
+  cfg = GAUConfig(num_layers=24, d_model=768, expansion=1536, qk_size=128)
+  params = jax.eval_shape(lambda: GAULM(cfg).init(jax.random.PRNGKey(0),
+                                                  jnp.zeros([1, 8], jnp.int32)))["params"]
+  assert 80e6 < count_params(params) < 120e6
+
+
+def test_rms_norm_by_hand():
+  x = np.array([[3.0, 4.0]], np.float32)  # mean square 12.5
+  np.testing.assert_allclose(np.asarray(rms_norm(x, eps=0.0)), x / np.sqrt(12.5), rtol=1e-6)
+
+
+@pytest.mark.parametrize("changes", [
+    dict(attention="baseline"), dict(attention="kna", logn=True), dict(attention="cosa"),
+    dict(attention="qna", position="nope"), dict(qk_norm=True, norm_position="pre"),
+])
+@pytest.mark.parametrize("scaling", [InferenceScaling(),
+                                     InferenceScaling("rerope", rerope_window=3),
+                                     InferenceScaling("yarn", factor=2.0, posthoc_logn=True)])
+def test_model_is_causal(changes, scaling):
+  cfg = dataclasses.replace(CFG, train_length=8, **changes)
+  _, params = _init(cfg)
+  model = GAULM(cfg, scaling)
+  tokens = np.random.default_rng(0).integers(0, 256, size=(2, 12)).astype(np.int32)
+  changed = tokens.copy()
+  changed[:, 7] = (changed[:, 7] + 1) % 256
+  a = np.asarray(model.apply({"params": params}, tokens))
+  b = np.asarray(model.apply({"params": params}, changed))
+  np.testing.assert_array_equal(a[:, :7], b[:, :7])
+  assert np.abs(a[:, 7:] - b[:, 7:]).max() > 0
+
+
+def test_jit_equals_eager_and_bfloat16_runs():
+  model, params = _init(CFG)
+  tokens = np.arange(24, dtype=np.int32).reshape(2, 12)
+  eager = model.apply({"params": params}, tokens)
+  jitted = jax.jit(lambda p, t: model.apply({"params": p}, t))(params, tokens)
+  np.testing.assert_allclose(np.asarray(eager), np.asarray(jitted), atol=1e-5)
+  bf16 = GAULM(dataclasses.replace(CFG, compute_dtype="bfloat16"))
+  logits = bf16.apply({"params": params}, tokens)
+  assert logits.dtype == jnp.float32 and np.isfinite(np.asarray(logits)).all()
+
+
+def test_dropout_only_in_training():
+  cfg = dataclasses.replace(CFG, dropout=0.5)
+  model, params = _init(cfg)
+  tokens = np.arange(24, dtype=np.int32).reshape(2, 12)
+  a = model.apply({"params": params}, tokens, deterministic=True)
+  b = model.apply({"params": params}, tokens, deterministic=True)
+  c = model.apply({"params": params}, tokens, deterministic=False,
+                  rngs={"dropout": jax.random.PRNGKey(1)})
+  np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert np.abs(np.asarray(a) - np.asarray(c)).max() > 1e-3
+
+
+def test_bad_model_config_raises():
+  with pytest.raises(ValueError, match="Unknown attention"):
+    GAUConfig(attention="flash")
+  with pytest.raises(ValueError, match="Unknown RoPE scaling"):
+    InferenceScaling("ntk-by-parts")

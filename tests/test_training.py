@@ -1,0 +1,119 @@
+"""The real training loop on a tiny model: logging, devices, resumption, corrupt checkpoints, NaN."""
+
+import pathlib
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from keynorm_jax import run_config, training
+from keynorm_jax.metrics_writer import read_metrics
+from train_helpers import tiny_config
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("tfds"))
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory, data_dir):
+  workdir = tmp_path_factory.mktemp("straight")
+  training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
+  return workdir
+
+
+def _losses(workdir):
+  return [(m["step"], m["loss"]) for m in read_metrics(workdir)]
+
+
+def test_loop_logs_evaluates_and_checkpoints(straight_run):
+  metrics = read_metrics(straight_run)
+  assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6]
+  for key in ("loss", "accuracy", "learning_rate", "grad_norm", "tokens_per_second"):
+    assert all(np.isfinite(m[key]) for m in metrics), key
+  assert "eval_accuracy" in metrics[2] and "eval_loss" in metrics[5]
+  assert metrics[-1]["loss"] < metrics[0]["loss"]
+  assert sorted(int(p.name) for p in (straight_run / "checkpoints").iterdir()
+                if p.name.isdigit()) == [3, 6]
+  assert any((straight_run / "tensorboard").glob("events.out.tfevents.*"))
+  assert (straight_run / "config.json").exists()
+
+
+def test_one_and_eight_devices_give_the_same_losses(tmp_path, data_dir, straight_run):
+  for n in (1, 8):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir, num_devices=n), tmp_path / str(n))
+  one, eight = _losses(tmp_path / "1"), _losses(tmp_path / "8")
+  np.testing.assert_allclose([l for _, l in one], [l for _, l in eight], rtol=1e-5)
+  np.testing.assert_allclose([l for _, l in one], [l for _, l in _losses(straight_run)], rtol=1e-5)
+
+
+def test_stopped_and_resumed_run_matches_uninterrupted(tmp_path, data_dir, straight_run):
+  config = tiny_config(data_dir=data_dir)
+  training.train_and_evaluate(config, tmp_path, stop_after_steps=4)  # "killed" after step 4
+  assert [s for s, _ in _losses(tmp_path)] == [1, 2, 3, 4]
+  training.train_and_evaluate(config, tmp_path)                        # resumes from step 3
+  assert _losses(tmp_path) == _losses(straight_run)                    # exactly, step 4 re-done
+
+
+def test_corrupt_latest_checkpoint_falls_back(tmp_path, data_dir, straight_run, capsys):
+  config = tiny_config(data_dir=data_dir)
+  training.train_and_evaluate(config, tmp_path)
+  for f in (tmp_path / "checkpoints" / "6").rglob("*"):
+    if f.is_file():
+      f.write_bytes(b"garbage")
+  training.train_and_evaluate(config, tmp_path)
+  assert "checkpoint 6 is corrupt" in capsys.readouterr().out
+  assert list((tmp_path / "corrupt_checkpoints").iterdir())          # kept aside, not deleted
+  assert _losses(tmp_path) == _losses(straight_run)
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_dir, monkeypatch):
+  config = tiny_config(data_dir=data_dir)
+  training.train_and_evaluate(config, tmp_path, stop_after_steps=3)
+  real = training.token_scores
+  monkeypatch.setattr(training, "token_scores",
+                      lambda logits, targets: (real(logits, targets)[0],
+                                               jnp.full(targets.shape, jnp.nan)))
+  with pytest.raises(training.NonFiniteLossError, match=r"nan at step 4.*\(step 3\) is kept"):
+    training.train_and_evaluate(config, tmp_path)
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["3"]
+
+
+def test_batch_not_divisible_by_devices(tmp_path, data_dir):
+  with pytest.raises(run_config.ConfigError, match="not divisible by the 8 devices"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir, batch_size=6), tmp_path)
+
+
+def test_workdir_of_another_config_is_refused(tmp_path, data_dir):
+  training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path, stop_after_steps=3)
+  with pytest.raises(run_config.ConfigError, match="different config.*attention"):
+    training.train_and_evaluate(tiny_config("baseline_rope", data_dir=data_dir), tmp_path)
+
+
+def _train_cli(args, cwd):
+  return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd,
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_cli_trains_with_bare_config_name_and_default_workdir(tmp_path, data_dir):
+  result = _train_cli(["--config=kna_rope", "--config.model_size=tiny", "--config.train_length=32",
+                       "--config.num_train_steps=2", f"--config.data.data_dir={data_dir}"], tmp_path)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert [m["step"] for m in read_metrics(tmp_path / "runs" / "kna_rope")] == [2]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config=kna_ropez"], "No config 'kna_ropez'. Available: baseline_logn_rope"),
+    (["--config=kna_rope", "--config.no_such_key=1"], "no_such_key"),
+    (["--config=kna_rope", "--config.batch_size=eight"], "batch_size"),
+    (["--config=kna_rope", "--config.model_size=huge"], "Unknown model_size 'huge'"),
+])
+def test_cli_bad_configs_fail_clearly(tmp_path, args, message):
+  result = _train_cli(args, tmp_path)
+  assert result.returncode != 0
+  assert message in result.stderr + result.stdout
