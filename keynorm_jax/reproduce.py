@@ -1,0 +1,142 @@
+r"""Reproduces the seed's tables with one command: `python -m keynorm_jax.reproduce --scale=cpu`.
+
+Trains every variant of the seed's table plus qknorm_rope, kna_nope and baseline_nope, evaluates each
+at the training length and at 8x (repeated and non-repeated; no scaling, NTK, YaRN, ReRoPE), and at
+16x and 32x for a few variants, then writes a results page. What is already trained or evaluated is
+skipped, so the command can be stopped and run again.
+"""
+
+import json
+import pathlib
+import time
+
+from absl import app, flags, logging
+import jax
+
+from keynorm_jax import run_config
+from keynorm_jax.diagnostics import run_diagnostics
+from keynorm_jax.evaluation import ScalingRequest, evaluate_run, held_out_tokens
+from keynorm_jax.reproduce_report import write_page
+from keynorm_jax.run_loading import load_run
+from keynorm_jax.seed_results import EXTRA_VARIANTS, NO_SCALING
+from keynorm_jax.training import train_and_evaluate
+
+VARIANTS = list(NO_SCALING) + list(EXTRA_VARIANTS)
+SCALINGS = ("none", "ntk", "yarn", "rerope")
+LONG_VARIANTS = ("baseline_rope", "kna_rope", "cosa_logn_rope", "qknorm_rope")
+
+# scale -> training overrides and evaluation plan
+SCALES = {
+    "tiny": dict(train=dict(model_size="tiny", train_length=32, num_train_steps=30,
+                            checkpoint_every_steps=30, eval_windows=4),
+                 num_windows=4, long_windows=2),
+    "cpu": dict(train=dict(model_size="cpu", train_length=512, num_train_steps=1000,
+                           checkpoint_every_steps=250),
+                num_windows=16, long_windows=4),
+    "seed": dict(train=dict(model_size="seed", train_length=512),
+                 num_windows=64, long_windows=16),
+}
+
+_SCALE = flags.DEFINE_enum("scale", "cpu", list(SCALES), "Reproduction scale.")
+_RUNS = flags.DEFINE_string("runs_dir", None, "Where runs go; default runs/reproduce_<scale>.")
+_OUTPUT = flags.DEFINE_string("output", None, "Results page folder; default <runs_dir>/results.")
+_VARIANTS = flags.DEFINE_list("variants", VARIANTS, "Configs to train and evaluate.")
+_STEPS = flags.DEFINE_integer("num_train_steps", 0, "Override the scale's training steps.")
+_DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data dir (default: TFDS's).")
+
+
+def _config(variant, scale, steps, data_dir):
+  config = run_config.load_config(variant)
+  config.update(SCALES[scale]["train"])
+  if steps:
+    config.num_train_steps = steps
+  config.data.data_dir = data_dir
+  return run_config.resolve(config)
+
+
+def _trained(workdir, steps) -> bool:
+  checkpoints = workdir / "checkpoints"
+  return checkpoints.is_dir() and any(p.name == str(steps) for p in checkpoints.iterdir())
+
+
+def _add_seconds(path, seconds) -> float:
+  """Adds to the wall time recorded in `path` (training resumed over several invocations)."""
+  total = (json.loads(path.read_text()) if path.exists() else 0.0) + seconds
+  path.write_text(json.dumps(round(total, 1)))
+  return round(total, 1)
+
+
+def _evaluate(workdir, plan, long_lengths):
+  """Per-run results (cached in <workdir>/reproduce_eval.json, keyed by the evaluation plan)."""
+  cache = workdir / "reproduce_eval.json"
+  key = json.dumps({**plan, "long": long_lengths}, sort_keys=True)
+  if cache.exists():
+    found = json.loads(cache.read_text())
+    if found.get("plan") == key:
+      return found
+  run = load_run(workdir)
+  tokens = held_out_tokens(run.config)
+  records = evaluate_run(run, lengths=[plan["length"]],
+                         requests=[ScalingRequest(s) for s in SCALINGS],
+                         num_windows=plan["num_windows"], tokens=tokens,
+                         progress=lambda what: print(f"  evaluating {what}", flush=True))
+  if long_lengths:
+    records += [r for r in evaluate_run(run, lengths=long_lengths, requests=[ScalingRequest()],
+                                        num_windows=plan["long_windows"], tokens=tokens,
+                                        progress=lambda w: print(f"  evaluating {w}", flush=True))
+                if r["length"] in long_lengths]
+  diagnostics = run_diagnostics(run, lengths=[plan["length"]], tokens=tokens)
+  found = {"plan": key, "records": records, "diagnostics": diagnostics}
+  cache.write_text(json.dumps(found))
+  return found
+
+
+def reproduce(scale, *, runs_dir, output, variants, steps=0, data_dir=""):
+  """Trains and evaluates every variant (skipping what is done); returns the page's path."""
+  runs_dir, started = pathlib.Path(runs_dir), time.time()
+  timings, records, diagnostics = {}, [], {}
+  for index, variant in enumerate(variants, 1):
+    config = _config(variant, scale, steps, data_dir)
+    workdir = runs_dir / variant
+    t0 = time.time()
+    if _trained(workdir, config.num_train_steps):
+      print(f"[{index}/{len(variants)}] {variant}: trained, skipping", flush=True)
+    else:
+      print(f"[{index}/{len(variants)}] {variant}: training {config.num_train_steps} steps",
+            flush=True)
+      train_and_evaluate(config, workdir)
+      _add_seconds(workdir / "train_seconds.json", time.time() - t0)
+    t1 = time.time()
+    train_length = config.train_length
+    plan = {"length": 8 * train_length, "num_windows": SCALES[scale]["num_windows"],
+            "long_windows": SCALES[scale]["long_windows"]}
+    long_lengths = [16 * train_length, 32 * train_length] if variant in LONG_VARIANTS else []
+    print(f"[{index}/{len(variants)}] {variant}: evaluating", flush=True)
+    found = _evaluate(workdir, plan, long_lengths)
+    records += found["records"]
+    diagnostics[variant] = found["diagnostics"]
+    timings[variant] = {"train_seconds": _add_seconds(workdir / "train_seconds.json", 0),
+                        "eval_seconds": round(time.time() - t1, 1)}
+  meta = {"scale": scale, "config": SCALES[scale], "num_train_steps": config.num_train_steps,
+          "jax": jax.__version__, "backend": jax.default_backend(),
+          "device": str(jax.devices()[0].device_kind), "this_invocation_seconds":
+          round(time.time() - started, 1), "timings": timings}
+  return write_page(records, diagnostics, meta, output)
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  runs_dir = _RUNS.value or f"runs/reproduce_{_SCALE.value}"
+  output = _OUTPUT.value or f"{runs_dir}/results"
+  unknown = sorted(set(_VARIANTS.value) - set(run_config.available_configs()))
+  if unknown:
+    raise app.UsageError(f"Unknown variants {unknown}; choose from "
+                         f"{', '.join(run_config.available_configs())}.")
+  page = reproduce(_SCALE.value, runs_dir=runs_dir, output=output, variants=_VARIANTS.value,
+                   steps=_STEPS.value, data_dir=_DATA_DIR.value)
+  print(f"Results page: {page}")
+
+
+if __name__ == "__main__":
+  app.run(main)
