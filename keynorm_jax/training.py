@@ -7,6 +7,7 @@ import time
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -77,6 +78,12 @@ def _check_same_run(saved: dict, config, workdir) -> None:
 
 
 def _tokens(config, split):
+  """The split's documents joined into one token stream; with several hosts, host 0 prepares the
+  dataset (e.g. the first TFDS build) while the others wait, so they never build it at once."""
+  if jax.process_count() > 1:
+    if jax.process_index() == 0:
+      corpora.load_documents(config.data, split)
+    multihost_utils.sync_global_devices(f"keynorm_jax data ready: {split}")
   return join_documents(corpora.load_documents(config.data, split))
 
 
