@@ -71,10 +71,14 @@ def plot_diagnostics(diagnostics, path) -> None:
     xs = [found["position_bucket"] * (i + 0.5) for i in range(len(entropy))]
     ax_entropy.plot(xs, entropy, lw=1.2, label=run)
     ax_norm.plot(range(len(layers)), [l["raw_key_norm_cv"] for l in layers], "o-", label=run)
+    shortest = min(by_length, key=int)
+    if int(shortest) < int(longest):
+      ax_entropy.axvline(int(shortest), color="grey", lw=0.8, ls=":")  # the training length
   ax_entropy.set_title("attention entropy (nats), mean over layers")
   ax_entropy.set_xlabel("query position")
   ax_norm.set_title("spread of raw key norms ||k_j|| (std / mean)")
   ax_norm.set_xlabel("layer")
+  ax_norm.xaxis.get_major_locator().set_params(integer=True)
   for ax in (ax_entropy, ax_norm):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)

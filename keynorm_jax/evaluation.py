@@ -100,7 +100,9 @@ def evaluate_run(run, *, lengths, requests, num_windows: int, batch_size: int = 
                        f"{train_length}; evaluate at lengths >= {train_length}.")
   tokens = held_out_tokens(config) if tokens is None else tokens
   gau = run_config.gau_config(config)
-  requests, _ = applicable_scalings(config, requests)
+  requests, skipped = applicable_scalings(config, requests)
+  if skipped and progress:
+    progress(f"{run.name} has no RoPE: {', '.join(skipped)} do not apply to it (skipped)")
   records = []
   for length in sorted({train_length, *lengths}):
     windows = {s: eval_windows(tokens, kind=s, length=length, count=num_windows,

@@ -84,6 +84,13 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_dir, m
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["3"]
 
 
+def test_bfloat16_compute_trains(tmp_path, data_dir):
+  training.train_and_evaluate(tiny_config(data_dir=data_dir, compute_dtype="bfloat16",
+                                          num_train_steps=3), tmp_path)
+  losses = [l for _, l in _losses(tmp_path)]
+  assert len(losses) == 3 and all(np.isfinite(losses))
+
+
 def test_batch_not_divisible_by_devices(tmp_path, data_dir):
   with pytest.raises(run_config.ConfigError, match="not divisible by the 8 devices"):
     training.train_and_evaluate(tiny_config(data_dir=data_dir, batch_size=6), tmp_path)
