@@ -60,12 +60,15 @@ def test_stopped_and_resumed_run_matches_uninterrupted(tmp_path, data_dir, strai
   assert _losses(tmp_path) == _losses(straight_run)                    # exactly, step 4 re-done
 
 
-def test_corrupt_latest_checkpoint_falls_back(tmp_path, data_dir, straight_run, capsys):
+def test_corrupt_or_incomplete_latest_checkpoint_falls_back(tmp_path, data_dir, straight_run, capsys):
   config = tiny_config(data_dir=data_dir)
   training.train_and_evaluate(config, tmp_path)
   for f in (tmp_path / "checkpoints" / "6").rglob("*"):
     if f.is_file():
       f.write_bytes(b"garbage")
+  incomplete = tmp_path / "checkpoints" / "9.orbax-checkpoint-tmp-1234"  # a save cut off midway
+  incomplete.mkdir()
+  (incomplete / "junk").write_bytes(b"partial")
   training.train_and_evaluate(config, tmp_path)
   assert "checkpoint 6 is corrupt" in capsys.readouterr().out
   assert list((tmp_path / "corrupt_checkpoints").iterdir())          # kept aside, not deleted
