@@ -105,6 +105,9 @@ def train_and_evaluate(config, workdir, *, stop_after_steps=None):
   schedule = learning_rate_schedule(config)
   state_sharding = sharding.replicated(mesh)
   checkpoints = RunCheckpoints(workdir, max_to_keep=config.max_checkpoints_to_keep)
+  saved = checkpoints.restore_latest(None, read_only=True)  # the saved config, read first
+  if saved is not None:
+    _check_same_run(saved[3], config, workdir)
   restored = checkpoints.restore_latest(
       abstract_state(model, tx, config.seed, config.train_length, state_sharding))
 
@@ -116,8 +119,7 @@ def train_and_evaluate(config, workdir, *, stop_after_steps=None):
     state = jax.device_put(init_state(model, tx, config.seed, config.train_length),
                            state_sharding)
   else:
-    _, state, data_state, saved_config = restored
-    _check_same_run(saved_config, config, workdir)
+    _, state, data_state, _ = restored
     batches.set_state(data_state)
   start_step = int(state["step"])
   if is_main:
@@ -152,16 +154,17 @@ def train_and_evaluate(config, workdir, *, stop_after_steps=None):
       progress.update(1)
       progress.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['accuracy']:.3f}")
       last = step == config.num_train_steps
-      if step % config.log_every_steps == 0 or last:
+      evaluate = step % config.eval_every_steps == 0 or last
+      if step % config.log_every_steps == 0 or evaluate:
         now = time.perf_counter()
         tokens = (step - tick_step) * config.batch_size * config.train_length
         logged = {**metrics, "learning_rate": float(schedule(step - 1)),
                   "tokens_per_second": tokens / max(now - tick, 1e-9)}
-        tick, tick_step = now, step
-        if step % config.eval_every_steps == 0 or last:
+        if evaluate:
           correct, nll = score_windows(scorer, state["params"], validation, config.batch_size)
           logged.update(eval_loss=float(nll.mean()), eval_accuracy=float(correct.mean()))
         writer.write(step, logged)
+        tick, tick_step = time.perf_counter(), step
       if step % config.checkpoint_every_steps == 0 or last:
         checkpoints.save(step, state, batches.get_state(), config.to_dict())
         last_good_checkpoint = step

@@ -99,10 +99,13 @@ def test_batch_not_divisible_by_devices(tmp_path, data_dir):
     training.train_and_evaluate(tiny_config(data_dir=data_dir, batch_size=6), tmp_path)
 
 
-def test_workdir_of_another_config_is_refused(tmp_path, data_dir):
+def test_workdir_of_another_config_is_refused_and_kept(tmp_path, data_dir):
   training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path, stop_after_steps=3)
-  with pytest.raises(run_config.ConfigError, match="different config.*attention"):
-    training.train_and_evaluate(tiny_config("baseline_rope", data_dir=data_dir), tmp_path)
+  # qknorm_rope has more parameters: the refusal must come before any restore is tried.
+  with pytest.raises(run_config.ConfigError, match="different config.*attention.*qk_norm"):
+    training.train_and_evaluate(tiny_config("qknorm_rope", data_dir=data_dir), tmp_path)
+  assert (tmp_path / "checkpoints" / "3").is_dir()
+  assert not (tmp_path / "corrupt_checkpoints").exists()
 
 
 def _train_cli(args, cwd):
