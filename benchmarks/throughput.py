@@ -4,14 +4,18 @@ Training: seconds per step and tokens/s of the real jit-compiled step (random we
 Evaluation: seconds per window and peak memory growth at each length, batch sized as eval.py does.
 """
 
+import pathlib
 import resource
+import sys
 import time
 
 from absl import app, flags
 import jax
 import numpy as np
 
-from keynorm_jax import run_config
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from keynorm_jax import run_config  # pylint: disable=wrong-import-position
 from keynorm_jax.evaluation import auto_batch_size
 from keynorm_jax.model import GAULM
 from keynorm_jax.optimizer import make_optimizer

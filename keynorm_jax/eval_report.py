@@ -40,6 +40,7 @@ def plot_accuracy_by_position(records, path) -> None:
   sets = ("repeated", "non_repeated")
   fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
   for ax, eval_set in zip(axes, sets):
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)  # more runs than the default 10 colours
     for r in records:
       if r["length"] != longest or r["set"] != eval_set:
         continue
@@ -63,6 +64,8 @@ def plot_accuracy_by_position(records, path) -> None:
 def plot_diagnostics(diagnostics, path) -> None:
   """Attention entropy by position (mean over layers) and key-norm spread per layer, per run."""
   fig, (ax_entropy, ax_norm) = plt.subplots(1, 2, figsize=(13, 4.5))
+  for ax in (ax_entropy, ax_norm):
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)
   for run, by_length in diagnostics.items():
     longest = max(by_length, key=int)
     found = by_length[longest]
