@@ -6,6 +6,7 @@ says what to do, and `gau_config` gives the model's static description.
 """
 
 import difflib
+import importlib.util
 import pathlib
 import sys
 
@@ -58,11 +59,12 @@ def config_path(name_or_path: str) -> pathlib.Path:
 
 def load_config(name_or_path: str) -> ml_collections.ConfigDict:
   """The ConfigDict of a config name or file (as `--config` takes it)."""
-  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-
+  path = config_path(name_or_path)
   _put_repo_on_path()
-  return config_flags.config_flags._LoadConfigModule(  # pylint: disable=protected-access
-      "config", str(config_path(name_or_path))).get_config()
+  spec = importlib.util.spec_from_file_location(f"keynorm_config_{path.stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
 
 
 def flat_keys(config) -> list[str]:
