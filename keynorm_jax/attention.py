@@ -30,6 +30,11 @@ _FULL_ATTENTION_MAX_LENGTH = 2048  # longer sequences are processed in query blo
 _DEFAULT_QUERY_BLOCK = 512
 
 
+def query_block_size(length: int) -> int:
+  """Queries per block: all at once up to 2048 tokens, else blocks of 512 (bounded memory)."""
+  return length if length <= _FULL_ATTENTION_MAX_LENGTH else _DEFAULT_QUERY_BLOCK
+
+
 def l2_normalize(x, eps=1e-12):
   """x / ||x|| over the last axis."""
   return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
@@ -117,7 +122,7 @@ def attend(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
     return out_BxQxE, entropy_BxQ
 
   if query_block is None:
-    query_block = length if length <= _FULL_ATTENTION_MAX_LENGTH else _DEFAULT_QUERY_BLOCK
+    query_block = query_block_size(length)
   if query_block >= length:
     out, entropy = one_block(q_near, q_far, positions_BxT, multiplier_BxT, key_index)
     return out.astype(v.dtype), entropy

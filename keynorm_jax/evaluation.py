@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from keynorm_jax import corpora, run_config
+from keynorm_jax.attention import query_block_size
 from keynorm_jax.eval_sets import EVAL_SETS, eval_windows
 from keynorm_jax.inference_scaling import InferenceScaling
 from keynorm_jax.model import GAULM
@@ -51,7 +52,7 @@ def held_out_tokens(config):
 
 def auto_batch_size(gau, length: int, num_windows: int) -> int:
   """Windows per batch so that one batch's working set stays near 4 GiB."""
-  query_block = length if length <= 2048 else 512
+  query_block = query_block_size(length)
   per_window = 4 * (6 * query_block * length                     # score blocks
                     + 4 * length * (2 * gau.expansion + gau.qk_size + gau.d_model)
                     + 3 * length * gau.vocab_size)
@@ -86,10 +87,11 @@ def applicable_scalings(config, requests):
 
 
 def evaluate_run(run, *, lengths, requests, num_windows: int, batch_size: int = 0,
-                 tokens=None, progress=None):
+                 tokens=None, progress=None, include_train_length=True):
   """Result records (see eval.py) for one trained run.
 
-  lengths: evaluation lengths; the training length is always added first.
+  lengths: evaluation lengths; the training length is added first unless include_train_length
+    is False.
   progress: optional callable(str) told what is being evaluated.
   """
   config = run.config
@@ -104,7 +106,7 @@ def evaluate_run(run, *, lengths, requests, num_windows: int, batch_size: int = 
   if skipped and progress:
     progress(f"{run.name} has no RoPE: {', '.join(skipped)} do not apply to it (skipped)")
   records = []
-  for length in sorted({train_length, *lengths}):
+  for length in sorted({*lengths, *([train_length] if include_train_length else [])}):
     windows = {s: eval_windows(tokens, kind=s, length=length, count=num_windows,
                                train_length=train_length) for s in EVAL_SETS}
     size = batch_size or auto_batch_size(gau, length, num_windows)

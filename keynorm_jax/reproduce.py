@@ -76,15 +76,14 @@ def _evaluate(workdir, plan, long_lengths):
       return found
   run = load_run(workdir)
   tokens = held_out_tokens(run.config)
+  progress = lambda what: print(f"  evaluating {what}", flush=True)
   records = evaluate_run(run, lengths=[plan["length"]],
                          requests=[ScalingRequest(s) for s in SCALINGS],
-                         num_windows=plan["num_windows"], tokens=tokens,
-                         progress=lambda what: print(f"  evaluating {what}", flush=True))
+                         num_windows=plan["num_windows"], tokens=tokens, progress=progress)
   if long_lengths:
-    records += [r for r in evaluate_run(run, lengths=long_lengths, requests=[ScalingRequest()],
-                                        num_windows=plan["long_windows"], tokens=tokens,
-                                        progress=lambda w: print(f"  evaluating {w}", flush=True))
-                if r["length"] in long_lengths]
+    records += evaluate_run(run, lengths=long_lengths, requests=[ScalingRequest()],
+                            num_windows=plan["long_windows"], tokens=tokens, progress=progress,
+                            include_train_length=False)
   diagnostics = run_diagnostics(run, lengths=[plan["length"]], tokens=tokens)
   found = {"plan": key, "records": records, "diagnostics": diagnostics}
   cache.write_text(json.dumps(found))

@@ -137,7 +137,7 @@ def train_and_evaluate(config, workdir, *, stop_after_steps=None):
   writer = MetricsWriter(workdir, resume_step=start_step, enabled=is_main)
   progress = tqdm.tqdm(total=config.num_train_steps, initial=start_step, disable=not is_main,
                        desc=config.name, dynamic_ncols=True)
-  last_good_checkpoint = checkpoints.steps()[-1] if checkpoints.steps() else None
+  last_good_checkpoint = restored[0] if restored else None
   logged, tick, tick_step = {}, time.perf_counter(), start_step
   try:
     for step in range(start_step + 1, config.num_train_steps + 1):

@@ -5,12 +5,11 @@ import pathlib
 import subprocess
 import sys
 
-import ml_collections
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from keynorm_jax import corpora, kjv_dataset, tokenizer
+from keynorm_jax import corpora, kjv_dataset, run_config, tokenizer
 from keynorm_jax.eval_sets import eval_windows
 from keynorm_jax.train_stream import train_dataset
 
@@ -23,9 +22,8 @@ def kjv_dir(tmp_path_factory):
 
 
 def _data_config(**kwargs):
-  c = ml_collections.ConfigDict(dict(dataset="kjv", text_feature="text", data_dir="",
-                                     text_folder="", train_split="train",
-                                     validation_split="validation", test_split="test"))
+  """The base config's data section with `kwargs` changed."""
+  c = run_config.load_config("kna_rope").data
   c.update(kwargs)
   return c
 
