@@ -2,32 +2,33 @@ r"""Evaluates trained runs far beyond their training length: `python eval.py --l
 
 Every run under --workdir (default runs/; or one run's folder) is restored from its latest checkpoint
 with its weights unchanged and scored on the "repeated" and "non_repeated" held-out sets at its
-training length and at --length (or each of --lengths), for each --rope_scaling.
+training length and at --length (or each of --lengths), for each inference-time method (--methods).
+The methods and their knobs come from keynorm_jax.positions' registry.
 """
 
 import sys
 
 from absl import app, flags, logging
 
-from keynorm_jax.eval_command import check_scaling_names, evaluate_workdir
-from keynorm_jax.evaluation import ScalingRequest
+from keynorm_jax.eval_command import evaluate_workdir, make_columns
+from keynorm_jax.positions import INFERENCE_METHODS
+from keynorm_jax.positions.registry import knob_help
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs", "A run's folder, or a folder of runs.")
 _LENGTH = flags.DEFINE_integer("length", 4096, "Evaluation length (tokens).")
 _LENGTHS = flags.DEFINE_list("lengths", None, "Several lengths, e.g. 512,1024,2048,4096; "
                              "overrides --length.")
 _NUM_WINDOWS = flags.DEFINE_integer("num_windows", 16, "Windows per set.")
-_SCALINGS = flags.DEFINE_list(
-    "rope_scaling", ["none"], "Inference-time RoPE scalings, one column each: none, linear, ntk, "
-    "dynamic_ntk, yarn, rerope, leaky_rerope.")
-_FACTOR = flags.DEFINE_float("factor", None, "Scaling factor; default length / train_length "
-                             "(dynamic_ntk: 1, since it already grows with the length).")
-_REROPE_WINDOW = flags.DEFINE_integer("rerope_window", None, "ReRoPE window; default "
-                                      "train_length / 2.")
-_LEAKY_WINDOW = flags.DEFINE_integer("leaky_rerope_window", None, "Leaky ReRoPE window; "
-                                     "default train_length / 4.")
-_LEAKY_FACTOR = flags.DEFINE_float("leaky_rerope_factor", 16.0, "Leaky ReRoPE k.")
-_POSTHOC_LOGN = flags.DEFINE_bool("posthoc_logn", False, "Add, beside each scaling, a column "
+_METHODS = flags.DEFINE_list(
+    "methods", ["none"], "Inference-time methods, one column each (a method that does not apply "
+    "to a model is skipped with its reason): " + INFERENCE_METHODS.help() + ".")
+flags.DEFINE_alias("rope_scaling", "methods")
+_KNOBS = {
+    name: (flags.DEFINE_integer if "int" in str(field.type) else flags.DEFINE_float)(
+        name, None, knob_help(field) or f"{name} (see the method table in the README).")
+    for name, field in INFERENCE_METHODS.knobs().items()
+}
+_POSTHOC_LOGN = flags.DEFINE_bool("posthoc_logn", False, "Add, beside each method, a column "
                                   "with the post-hoc log n max(1, log(i+1)/log(train_length)).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 0, "Windows per batch; 0 = fit ~4 GiB.")
 _OUTPUT = flags.DEFINE_string("output", None, "Results folder; default <workdir>/eval.")
@@ -41,20 +42,14 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
   try:
-    check_scaling_names(_SCALINGS.value)
     lengths = [int(x) for x in _LENGTHS.value] if _LENGTHS.value else [_LENGTH.value]
+    columns = make_columns(_METHODS.value, posthoc_logn=_POSTHOC_LOGN.value,
+                           **{name: flag.value for name, flag in _KNOBS.items()})
   except ValueError as e:
     sys.exit(f"error: {e}")
-  requests = []
-  for name in _SCALINGS.value:
-    for posthoc in ([False, True] if _POSTHOC_LOGN.value else [False]):
-      requests.append(ScalingRequest(
-          rope_scaling=name, factor=_FACTOR.value, rerope_window=_REROPE_WINDOW.value,
-          leaky_rerope_window=_LEAKY_WINDOW.value, leaky_rerope_factor=_LEAKY_FACTOR.value,
-          posthoc_logn=posthoc))
   try:
     records, failures, _ = evaluate_workdir(
-        _WORKDIR.value, lengths=lengths, requests=requests, num_windows=_NUM_WINDOWS.value,
+        _WORKDIR.value, lengths=lengths, columns=columns, num_windows=_NUM_WINDOWS.value,
         batch_size=_BATCH_SIZE.value, output=_OUTPUT.value, diagnostics=_DIAGNOSTICS.value)
   except (ValueError, RuntimeError) as e:
     sys.exit(f"error: {e}")

@@ -1,7 +1,8 @@
 r"""Trains a GAU language model: `python train.py --config=kna_rope`.
 
---config takes a name from configs/ (kna_rope, baseline_rope, ...) or a path to a config file;
---config.key=value overrides any field (e.g. --config.model_size=tiny --config.num_train_steps=50).
+--config takes a name (configs/named.py: [transformer_]<attention>[_logn]_<position>, e.g. kna_rope,
+baseline_alibi) or a path to a config file; --config.key=value overrides any field (e.g.
+--config.model_size=tiny --config.num_train_steps=50 --config.model.position_options.slope=0.1).
 --workdir defaults to runs/<config name>. A workdir with checkpoints resumes from the latest.
 Launched as one process of several (Cloud TPU pods, SLURM, or JAX_COORDINATOR_ADDRESS /
 JAX_NUM_PROCESSES / JAX_PROCESS_ID set), pass --multihost to join JAX's multi-host runtime.
@@ -23,18 +24,18 @@ _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initial
 def expand_config_name(argv):
   """Rewrites `--config=NAME` (or `--config NAME`) to the path of configs/NAME.py and checks
   that every `--config.KEY=...` override names a field of that config."""
-  argv, path = list(argv), None
+  argv, name = list(argv), None
   for i, arg in enumerate(argv):
     if arg.startswith("--config="):
-      path = run_config.config_path(arg.split("=", 1)[1])
-      argv[i] = f"--config={path}"
+      name = arg.split("=", 1)[1]
+      argv[i] = f"--config={run_config.config_path(name)}"
     elif arg == "--config" and i + 1 < len(argv):
-      path = run_config.config_path(argv[i + 1])
-      argv[i + 1] = str(path)
-  if path is not None:
+      name = argv[i + 1]
+      argv[i + 1] = run_config.config_path(name)
+  if name is not None:
     overrides = [a[len("--config."):].split("=", 1)[0] for a in argv
                  if a.startswith("--config.")]
-    run_config.check_override_keys(run_config.load_config(str(path)), overrides)
+    run_config.check_override_keys(run_config.load_config(name), overrides)
   return argv
 
 

@@ -17,7 +17,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from keynorm_jax import run_config  # pylint: disable=wrong-import-position
 from keynorm_jax.evaluation import auto_batch_size
-from keynorm_jax.model import GAULM
 from keynorm_jax.optimizer import make_optimizer
 from keynorm_jax.scoring import make_scorer, score_windows
 from keynorm_jax.training import init_state, make_train_step
@@ -38,7 +37,7 @@ def main(argv):
   config = run_config.load_config(_CONFIG.value)
   config.model_size = _SIZE.value
   config = run_config.resolve(config)
-  model, tx = GAULM(run_config.gau_config(config)), make_optimizer(config)
+  model, tx = run_config.build_model(config), make_optimizer(config)
   state = init_state(model, tx, 0, config.train_length)
   step = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1)), donate_argnums=0)
   rng = np.random.default_rng(0)

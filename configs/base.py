@@ -1,60 +1,74 @@
 """The one base config; every variant file in configs/ calls get_config with its own choices.
 
 Fields set to 0 (or 0.0) take their value from the model_size preset (see
-keynorm_jax/run_config.py: MODEL_SIZES) or from the rule written beside them.
+keynorm_jax/run_config.py: MODEL_SIZES) or from the rule written beside them. The `model` section is
+unpacked as is into keynorm_jax.models.ModelConfig.
 """
 
 import ml_collections
 
+from keynorm_jax.positions import knob_defaults
+
 
 def get_config(name="baseline_rope", *, attention="baseline", position="rope", logn=False,
-               qk_norm=False):
+               qk_norm="none", ssmax=False, architecture="gau", position_options=None):
   c = ml_collections.ConfigDict()
   c.name = name
+  c.model_size = "cpu"            # tiny (tests) / cpu (laptop) / seed (the seed's ~100M)
 
   # Model.
-  c.model_size = "cpu"          # tiny (tests) / cpu (laptop) / seed (the seed's ~100M GAU)
-  c.attention = attention       # baseline / qna / kna / cosa
-  c.logn = logn                 # trained log n factor log(i+1)/log(n0) on the scores
-  c.logn_base = 0.0             # n0; 0 = half the training length
-  c.qk_norm = qk_norm           # RMSNorm with learnable gain on q and k before RoPE
-  c.position = position         # rope / nope
-  c.rope_theta = 10000.0
-  c.cosa_scale = 0.0            # CosA lambda; 0 = 4 log(train_length / 2)
-  c.norm_position = "post"      # post (as in the seed) / pre
-  c.tie_embeddings = False
-  c.dropout = 0.0
-  c.num_layers = 0              # 0 = from model_size
-  c.d_model = 0
-  c.expansion = 0
-  c.qk_size = 0
-  c.compute_dtype = "float32"   # or bfloat16 (softmax stays float32)
+  m = c.model = ml_collections.ConfigDict()
+  m.architecture = architecture   # gau (the seed's single head) / transformer (pre-norm, heads)
+  m.attention = attention         # baseline / qna / kna / cosa
+  m.logn = logn                   # trained log n factor log(i+1)/log(n0) on the scores
+  m.logn_base = 0.0               # n0; 0 = half the training length
+  m.qk_norm = qk_norm             # none / rmsnorm / layernorm (learnable gain) on q, k before RoPE
+  m.ssmax = ssmax                 # SSMax: scores of query i times s log(i + 1), s learnable per head
+  m.cosa_scale = 0.0              # CosA lambda; 0 = 4 log(train_length / 2)
+  m.position = position           # a training-time position method: see README's method table
+  m.position_options = ml_collections.ConfigDict(
+      {**knob_defaults(position), **(position_options or {})})  # its knobs; 0 = its default
+  m.rope_theta = 10000.0
+  m.num_layers = 0                # 0 = from model_size (all shape fields)
+  m.d_model = 0
+  m.expansion = 0                 # GAU: e
+  m.qk_size = 0                   # GAU: s
+  m.norm_position = "post"        # GAU: post (as in the seed) / pre
+  m.num_heads = 0                 # Transformer: query heads
+  m.head_dim = 0                  # Transformer: 0 = d_model / num_heads
+  m.num_kv_heads = 0              # Transformer: 0 = num_heads (fewer: grouped-query attention)
+  m.mlp = "swiglu"                # Transformer: swiglu / gelu
+  m.mlp_size = 0                  # Transformer: 0 = 8/3 d (swiglu) or 4 d (gelu), rounded to 8
+  m.norm = "rmsnorm"              # Transformer: rmsnorm / layernorm (pre-norm, learnable gain)
+  m.tie_embeddings = False
+  m.dropout = 0.0
+  m.compute_dtype = "float32"     # or bfloat16 (softmax stays float32)
 
   # Training.
   c.train_length = 512
-  c.batch_size = 0              # global batch; 0 = from model_size
-  c.num_train_steps = 0         # 0 = from model_size
-  c.learning_rate = 0.0         # peak; 0 = from model_size
-  c.warmup_steps = 0            # 0 = 5% of num_train_steps
+  c.batch_size = 0                # global batch; 0 = from model_size
+  c.num_train_steps = 0           # 0 = from model_size
+  c.learning_rate = 0.0           # peak; 0 = from model_size
+  c.warmup_steps = 0              # 0 = 5% of num_train_steps
   c.end_learning_rate_ratio = 0.1
   c.weight_decay = 0.01
   c.grad_clip_norm = 1.0
   c.seed = 0
-  c.num_devices = 0             # 0 = every device; the global batch is split over them
+  c.num_devices = 0               # 0 = every device; the global batch is split over them
 
   # Logging, evaluation at the training length, checkpoints.
   c.log_every_steps = 10
-  c.eval_every_steps = 0        # 0 = at every checkpoint
-  c.eval_windows = 16           # validation windows of train_length tokens
+  c.eval_every_steps = 0          # 0 = at every checkpoint
+  c.eval_windows = 16             # validation windows of train_length tokens
   c.checkpoint_every_steps = 100
   c.max_checkpoints_to_keep = 3
 
   # Data.
   c.data = ml_collections.ConfigDict()
-  c.data.dataset = "kjv"        # kjv (embedded) / text_folder / any TFDS name, e.g. pg19
+  c.data.dataset = "kjv"          # kjv (embedded) / text_folder / any TFDS name, e.g. pg19
   c.data.text_feature = "text"
-  c.data.data_dir = ""          # TFDS data dir; "" = the TFDS default
-  c.data.text_folder = ""       # for dataset=text_folder
+  c.data.data_dir = ""            # TFDS data dir; "" = the TFDS default
+  c.data.text_folder = ""         # for dataset=text_folder
   c.data.train_split = "train"
   c.data.validation_split = "validation"
   c.data.test_split = "test"

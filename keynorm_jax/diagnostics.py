@@ -11,8 +11,6 @@ import numpy as np
 
 from keynorm_jax import run_config
 from keynorm_jax.eval_sets import eval_windows
-from keynorm_jax.inference_scaling import InferenceScaling
-from keynorm_jax.model import GAULM
 
 
 def _coefficient_of_variation(x):
@@ -22,10 +20,10 @@ def _coefficient_of_variation(x):
 def run_diagnostics(run, *, lengths, tokens, num_windows: int = 4):
   """{length: {layer: {...}}} on non_repeated windows, scaling "none"."""
   config = run.config
-  gau = run_config.gau_config(config)
-  model = GAULM(gau, InferenceScaling())
+  model_cfg = run_config.model_config(config)
+  model = run_config.build_model(config)
   bucket = max(1, config.train_length // 8)
-  normalized_keys = config.attention in ("kna", "cosa")
+  normalized_keys = model_cfg.attention in ("kna", "cosa")
 
   @jax.jit
   def intermediates(params, inputs):
@@ -38,8 +36,8 @@ def run_diagnostics(run, *, lengths, tokens, num_windows: int = 4):
                            train_length=config.train_length)
     found = jax.device_get(intermediates(run.params, windows[:, :-1]))
     layers = {}
-    for i in range(gau.num_layers):
-      layer = found[f"layer_{i}"]
+    for i in range(model_cfg.num_layers):
+      layer = found[f"layer_{i}"]["attention"]
       raw_norms = np.asarray(layer["key_norm"][0])                     # [B, T]
       used_norms = np.ones_like(raw_norms) if normalized_keys else raw_norms
       entropy = np.asarray(layer["attention_entropy"][0])              # [B, T]

@@ -13,18 +13,22 @@ import jax
 from keynorm_jax.diagnostics import run_diagnostics
 from keynorm_jax.eval_report import markdown_table, write_results
 from keynorm_jax.evaluation import evaluate_run, held_out_tokens
-from keynorm_jax.inference_scaling import INFERENCE_SCALINGS
+from keynorm_jax.positions import INFERENCE_METHODS, EvalColumn, inference_method
 from keynorm_jax.run_loading import find_runs, load_run
 
 
-def check_scaling_names(names):
-  unknown = [n for n in names if n not in INFERENCE_SCALINGS]
+def make_columns(names, *, posthoc_logn=False, **knobs):
+  """EvalColumns for method names (each also with post-hoc log n when asked); knobs left None
+  take each method's default at the evaluated length. ValueError names an unknown method."""
+  unknown = [n for n in names if n not in INFERENCE_METHODS.names()]
   if unknown:
-    raise ValueError(f"Unknown --rope_scaling {', '.join(unknown)}; choose from "
-                     f"{', '.join(INFERENCE_SCALINGS)} (comma-separated).")
+    raise ValueError(f"Unknown --methods {', '.join(unknown)}; choose from "
+                     f"{', '.join(INFERENCE_METHODS.names())} (comma-separated).")
+  return [EvalColumn(inference_method(name, **knobs), posthoc)
+          for name in names for posthoc in ([False, True] if posthoc_logn else [False])]
 
 
-def evaluate_workdir(workdir, *, lengths, requests, num_windows=16, batch_size=0, output=None,
+def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0, output=None,
                      diagnostics=False, echo=print):
   """Evaluates every run found under `workdir`; returns (records, failures, paths).
 
@@ -46,7 +50,7 @@ def evaluate_workdir(workdir, *, lengths, requests, num_windows=16, batch_size=0
       tokens = tokens_by_data[key]
       echo(f"[{index}/{len(runs)}] {run.name} (step {run.step}, trained at "
            f"{run.config.train_length})")
-      records += evaluate_run(run, lengths=lengths, requests=requests, num_windows=num_windows,
+      records += evaluate_run(run, lengths=lengths, columns=columns, num_windows=num_windows,
                               batch_size=batch_size, tokens=tokens,
                               progress=lambda what: echo(f"  evaluating {what}"))
       if diagnostics:

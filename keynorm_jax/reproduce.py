@@ -15,7 +15,8 @@ import jax
 
 from keynorm_jax import run_config
 from keynorm_jax.diagnostics import run_diagnostics
-from keynorm_jax.evaluation import ScalingRequest, evaluate_run, held_out_tokens
+from keynorm_jax.eval_command import make_columns
+from keynorm_jax.evaluation import evaluate_run, held_out_tokens
 from keynorm_jax.reproduce_report import write_page
 from keynorm_jax.run_loading import load_run
 from keynorm_jax.seed_results import EXTRA_VARIANTS, NO_SCALING
@@ -78,10 +79,10 @@ def _evaluate(workdir, plan, long_lengths):
   tokens = held_out_tokens(run.config)
   progress = lambda what: print(f"  evaluating {what}", flush=True)
   records = evaluate_run(run, lengths=[plan["length"]],
-                         requests=[ScalingRequest(s) for s in SCALINGS],
+                         columns=make_columns(SCALINGS),
                          num_windows=plan["num_windows"], tokens=tokens, progress=progress)
   if long_lengths:
-    records += evaluate_run(run, lengths=long_lengths, requests=[ScalingRequest()],
+    records += evaluate_run(run, lengths=long_lengths, columns=make_columns(["none"]),
                             num_windows=plan["long_windows"], tokens=tokens, progress=progress,
                             include_train_length=False)
   diagnostics = run_diagnostics(run, lengths=[plan["length"]], tokens=tokens)

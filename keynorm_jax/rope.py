@@ -9,6 +9,9 @@ length), so any position works. Frequencies follow HF transformers `modeling_rop
 - "dynamic_ntk": base' = base * (factor * n / L_train - (factor - 1))^(d/(d-2)), n = max(seq, L_train)
 - "yarn":        ramp between interpolated (inv/factor) and original frequencies over the pair index,
                  correction range from beta_fast / beta_slow; attention factor 0.1 ln(factor) + 1.
+- "llama3":      HF `rope_type="llama3"`: wavelengths 2 pi / inv_freq longer than L_train / low_freq_factor
+                 are divided by the factor, shorter than L_train / high_freq_factor kept, and the
+                 ones between interpolated smoothly (train_length = original_max_position_embeddings).
 
 Rotation uses the rotate-half convention: pairs (x[i], x[i + d/2]) rotate by position * inv_freq[i].
 """
@@ -18,7 +21,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn")
+SCALINGS = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3")
 
 
 def _ntk_exponent(rotary_dim: int) -> float:
@@ -52,7 +55,8 @@ def yarn_attention_factor(factor: float) -> float:
 
 
 def rope_inv_freq(rotary_dim, *, base=10000.0, scaling="none", factor=1.0, train_length=None,
-                  seq_length=None, beta_fast=32.0, beta_slow=1.0):
+                  seq_length=None, beta_fast=32.0, beta_slow=1.0, low_freq_factor=1.0,
+                  high_freq_factor=4.0):
   """Inverse frequencies [rotary_dim // 2] (float32) and the attention factor of a scaling.
 
   Args:
@@ -63,6 +67,7 @@ def rope_inv_freq(rotary_dim, *, base=10000.0, scaling="none", factor=1.0, train
     train_length: original training length; needed by "dynamic_ntk" and "yarn".
     seq_length: current sequence length, for "dynamic_ntk".
     beta_fast, beta_slow: YaRN's rotation counts bounding the ramp.
+    low_freq_factor, high_freq_factor: llama3's wavelength bounds (L_train / factor).
 
   Returns:
     (inv_freq, attention_factor); attention_factor is 1.0 except for YaRN.
@@ -93,7 +98,33 @@ def rope_inv_freq(rotary_dim, *, base=10000.0, scaling="none", factor=1.0, train
     ramp = np.clip((np.arange(rotary_dim // 2) - low) / (high - low), 0.0, 1.0)
     inv_freq = inv_freq / factor * ramp + inv_freq * (1.0 - ramp)
     attention_factor = yarn_attention_factor(factor)
+  elif scaling == "llama3":
+    _require_train_length(scaling, train_length)
+    inv_freq = _llama3_inv_freq(inv_freq, factor, train_length, low_freq_factor, high_freq_factor)
   return jnp.asarray(inv_freq, dtype=jnp.float32), float(attention_factor)
+
+
+def _llama3_inv_freq(inv_freq, factor, train_length, low_freq_factor, high_freq_factor):
+  if not high_freq_factor > low_freq_factor > 0:
+    raise ValueError(f"llama3 needs high_freq_factor > low_freq_factor > 0, got "
+                     f"{high_freq_factor} and {low_freq_factor}.")
+  wavelength = 2 * math.pi / inv_freq
+  low_freq_wavelength = train_length / low_freq_factor
+  high_freq_wavelength = train_length / high_freq_factor
+  smooth = (train_length / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+  interpolated = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+  return np.where(wavelength > low_freq_wavelength, inv_freq / factor,
+                  np.where(wavelength < high_freq_wavelength, inv_freq, interpolated))
+
+
+def p_rope_mask(rotary_dim: int, fraction: float):
+  """[rotary_dim // 2] ones for the floor(fraction * pairs) highest frequencies, zeros after
+  (p-RoPE, Barbero et al. 2024, rounded as google-deepmind/gemma's rope_proportion: the lowest
+  frequencies are left unrotated)."""
+  if not 0.0 <= fraction <= 1.0:
+    raise ValueError(f"p-RoPE fraction must be in [0, 1], got {fraction}.")
+  pairs = rotary_dim // 2
+  return (np.arange(pairs) < int(fraction * pairs)).astype(np.float64)
 
 
 def apply_rope(x, positions, inv_freq):

@@ -1,8 +1,9 @@
 """Configs: the model-size presets, name resolution (`--config=kna_rope`), checks and conversion.
 
-A config file in configs/ defines get_config() -> ml_collections.ConfigDict. `resolve` fills the
-fields left at 0 from the model_size preset, `validate` rejects what cannot run with a message that
-says what to do, and `gau_config` gives the model's static description.
+`--config` takes a name (configs/named.py: `[transformer_]<attention>[_logn]_<position>`) or a
+config file defining get_config() -> ml_collections.ConfigDict. `resolve` fills the fields left at 0
+from the model_size preset of the model's architecture, `validate` rejects what cannot run with a
+message that says what to do, and `model_config` gives the model's static description.
 """
 
 import difflib
@@ -12,33 +13,51 @@ import sys
 
 import ml_collections
 
-from keynorm_jax.attention import VARIANTS
-from keynorm_jax.model import NORM_POSITIONS, POSITIONS, GAUConfig
+from keynorm_jax import positions
+from keynorm_jax.errors import ConfigError
+from keynorm_jax.models import ModelConfig, build_model as _build_model
 from keynorm_jax.tokenizer import VOCAB_SIZE
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "configs"
+NAMED_CONFIGS = CONFIG_DIR / "named.py"
 
-# Per size: model shape and the training defaults it is meant to be run with.
+# Per architecture and size: model shape (the `model` section) and training defaults.
 MODEL_SIZES = {
-    # For tests: a step in well under a second on CPU.
-    "tiny": dict(num_layers=2, d_model=32, expansion=64, qk_size=16,
-                 batch_size=8, num_train_steps=20, learning_rate=3e-3),
-    # Laptop / 2-core CPU: about 10 minutes (0.4 s a step of 8 x 512 tokens on 2 cores).
-    "cpu": dict(num_layers=4, d_model=256, expansion=512, qk_size=128,
-                batch_size=8, num_train_steps=1500, learning_rate=2e-3),
-    # The seed's ~100M GAU (24 layers, d 768, e 1536, s 128) for accelerators.
-    "seed": dict(num_layers=24, d_model=768, expansion=1536, qk_size=128,
-                 batch_size=32, num_train_steps=20000, learning_rate=5e-4),
+    "gau": {
+        # For tests: a step in well under a second on CPU.
+        "tiny": dict(model=dict(num_layers=2, d_model=32, expansion=64, qk_size=16),
+                     batch_size=8, num_train_steps=20, learning_rate=3e-3),
+        # Laptop / 2-core CPU: about 10 minutes (0.4 s a step of 8 x 512 tokens on 2 cores).
+        "cpu": dict(model=dict(num_layers=4, d_model=256, expansion=512, qk_size=128),
+                    batch_size=8, num_train_steps=1500, learning_rate=2e-3),
+        # The seed's ~100M GAU (24 layers, d 768, e 1536, s 128) for accelerators.
+        "seed": dict(model=dict(num_layers=24, d_model=768, expansion=1536, qk_size=128),
+                     batch_size=32, num_train_steps=20000, learning_rate=5e-4),
+    },
+    "transformer": {
+        "tiny": dict(model=dict(num_layers=2, d_model=32, num_heads=2),
+                     batch_size=8, num_train_steps=20, learning_rate=3e-3),
+        "cpu": dict(model=dict(num_layers=4, d_model=256, num_heads=4),
+                    batch_size=8, num_train_steps=1500, learning_rate=2e-3),
+        "seed": dict(model=dict(num_layers=12, d_model=768, num_heads=12),
+                     batch_size=32, num_train_steps=20000, learning_rate=5e-4),
+    },
 }
 
 
-class ConfigError(ValueError):
-  """A config that cannot run; the message says what to change."""
-
-
 def available_configs():
-  return sorted(p.stem for p in CONFIG_DIR.glob("*.py") if p.stem not in ("__init__", "base"))
+  """Every config name (configs/named.py)."""
+  _put_repo_on_path()
+  from configs import named  # pylint: disable=g-import-not-at-top
+  return sorted(named.named_configs())
+
+
+def _describe_names() -> str:
+  return ("names follow [transformer_]<attention>[_logn]_<position> with attention in baseline, "
+          "qna, kna, cosa, qknorm, qkln, ssmax and position in "
+          f"{', '.join(positions.TRAINING_METHODS.names())} (e.g. kna_rope, baseline_alibi, "
+          "transformer_kna_rope)")
 
 
 def _put_repo_on_path():
@@ -47,24 +66,34 @@ def _put_repo_on_path():
     sys.path.insert(0, str(REPO_ROOT))
 
 
-def config_path(name_or_path: str) -> pathlib.Path:
-  """configs/<name>.py for a bare name, or the path itself; ConfigError listing names if absent."""
+def config_path(name_or_path: str) -> str:
+  """What ml_collections' --config flag takes: `configs/named.py:NAME` for a name, or the file;
+  ConfigError with the naming rule and the closest names if neither exists."""
   looks_like_path = name_or_path.endswith(".py") or "/" in name_or_path
-  path = pathlib.Path(name_or_path) if looks_like_path else CONFIG_DIR / f"{name_or_path}.py"
-  if not path.is_file():
-    raise ConfigError(f"No config {name_or_path!r}. Available: {', '.join(available_configs())} "
-                      f"(or a path to a config file).")
-  return path
+  if looks_like_path:
+    if not pathlib.Path(name_or_path).is_file():
+      raise ConfigError(f"No config file {name_or_path!r}.")
+    return name_or_path
+  names = available_configs()
+  if name_or_path not in names:
+    close = difflib.get_close_matches(name_or_path, names, n=3)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise ConfigError(f"No config {name_or_path!r}.{hint} Config {_describe_names()}; or give "
+                      f"a path to a config file.")
+  return f"{NAMED_CONFIGS}:{name_or_path}"
 
 
 def load_config(name_or_path: str) -> ml_collections.ConfigDict:
   """The ConfigDict of a config name or file (as `--config` takes it)."""
-  path = config_path(name_or_path)
+  target = config_path(name_or_path)
+  path, _, argument = target.partition(":") if target.startswith(str(NAMED_CONFIGS)) \
+      else (target, "", "")
   _put_repo_on_path()
+  path = pathlib.Path(path)
   spec = importlib.util.spec_from_file_location(f"keynorm_config_{path.stem}", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return module.get_config()
+  return module.get_config(argument) if argument else module.get_config()
 
 
 def flat_keys(config) -> list[str]:
@@ -90,11 +119,19 @@ def check_override_keys(config, keys) -> None:
 
 def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """A copy with the fields left at 0 filled in from the model_size preset."""
-  if config.model_size not in MODEL_SIZES:
-    raise ConfigError(f"Unknown model_size {config.model_size!r}; choose one of "
+  sizes = MODEL_SIZES.get(config.model.architecture)
+  if sizes is None:
+    raise ConfigError(f"Unknown model.architecture {config.model.architecture!r}; choose one of "
                       f"{', '.join(MODEL_SIZES)}.")
+  if config.model_size not in sizes:
+    raise ConfigError(f"Unknown model_size {config.model_size!r}; choose one of "
+                      f"{', '.join(sizes)}.")
   config = ml_collections.ConfigDict(config.to_dict())
-  for key, value in MODEL_SIZES[config.model_size].items():
+  preset = dict(sizes[config.model_size])
+  for key, value in preset.pop("model").items():
+    if not config.model[key]:
+      config.model[key] = value
+  for key, value in preset.items():
     if not config[key]:
       config[key] = value
   if not config.warmup_steps:
@@ -104,45 +141,34 @@ def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return config
 
 
-def _choice(config, key, choices):
-  if config[key] not in choices:
-    raise ConfigError(f"{key}={config[key]!r} is not one of {', '.join(map(str, choices))}.")
-
-
 def validate(config: ml_collections.ConfigDict, num_devices: int) -> None:
   """Raises ConfigError for a resolved config that cannot train on `num_devices` devices."""
-  _choice(config, "attention", VARIANTS)
-  _choice(config, "position", POSITIONS)
-  _choice(config, "norm_position", NORM_POSITIONS)
-  _choice(config, "compute_dtype", ("float32", "bfloat16"))
+  model_config(config)  # every model field is checked there, once
   for key in ("train_length", "batch_size", "num_train_steps", "checkpoint_every_steps",
-              "log_every_steps", "eval_windows", "num_layers", "d_model", "expansion", "qk_size"):
+              "log_every_steps", "eval_windows"):
     if config[key] < 1:
       raise ConfigError(f"{key} must be at least 1, got {config[key]}.")
   if config.learning_rate <= 0:
     raise ConfigError(f"learning_rate must be positive, got {config.learning_rate}.")
-  if config.qk_size % 2:
-    raise ConfigError(f"qk_size must be even (RoPE rotates pairs), got {config.qk_size}.")
   if config.batch_size % num_devices:
     raise ConfigError(
         f"batch_size {config.batch_size} is not divisible by the {num_devices} devices; use a "
         f"multiple of {num_devices} (e.g. --config.batch_size={num_devices * max(1, config.batch_size // num_devices)}) "
         f"or --config.num_devices to use fewer devices.")
-  if config.logn and config.logn_base and config.logn_base <= 1:
-    raise ConfigError(f"logn_base must be > 1 (or 0 for half the training length), got "
-                      f"{config.logn_base}.")
 
 
-def gau_config(config: ml_collections.ConfigDict) -> GAUConfig:
-  """The model's static description from a resolved config."""
-  return GAUConfig(
-      vocab_size=VOCAB_SIZE, num_layers=config.num_layers, d_model=config.d_model,
-      expansion=config.expansion, qk_size=config.qk_size, dropout=config.dropout,
-      norm_position=config.norm_position, tie_embeddings=config.tie_embeddings,
-      attention=config.attention, logn=config.logn, logn_base=config.logn_base or None,
-      qk_norm=config.qk_norm, position=config.position, rope_theta=config.rope_theta,
-      cosa_scale=config.cosa_scale or None, train_length=config.train_length,
-      compute_dtype=config.compute_dtype)
+def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
+  """The model's static description from a resolved config (validated there)."""
+  try:
+    return ModelConfig(**config.model.to_dict(), vocab_size=VOCAB_SIZE,
+                       train_length=config.train_length)
+  except TypeError as e:  # a field the model does not know
+    raise ConfigError(f"The config's model section does not fit this code: {e}.") from None
+
+
+def build_model(config: ml_collections.ConfigDict, column=positions.EvalColumn()):
+  """The Flax LM of a resolved config, under an evaluation column (default: as trained)."""
+  return _build_model(model_config(config), column)
 
 
 def config_from_json_dict(saved: dict) -> ml_collections.ConfigDict:

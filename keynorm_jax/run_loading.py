@@ -8,7 +8,6 @@ import orbax.checkpoint as ocp
 
 from keynorm_jax import run_config
 from keynorm_jax.checkpointing import CheckpointError, RunCheckpoints
-from keynorm_jax.model import GAULM
 from keynorm_jax.optimizer import make_optimizer
 from keynorm_jax.training import abstract_state
 
@@ -61,7 +60,7 @@ def load_run(workdir) -> TrainedRun:
                             f"(or resume) the run first.")
     step, _, _, config_dict = found
     config = run_config.resolve(run_config.config_from_json_dict(config_dict))
-    model, tx = GAULM(run_config.gau_config(config)), make_optimizer(config)
+    model, tx = run_config.build_model(config), make_optimizer(config)
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     target = abstract_state(model, tx, config.seed, config.train_length, device)
     _check_params_match(checkpoints.directory / str(step), target["params"])

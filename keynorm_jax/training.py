@@ -17,7 +17,7 @@ from keynorm_jax import corpora, run_config, sharding
 from keynorm_jax.checkpointing import RunCheckpoints
 from keynorm_jax.eval_sets import eval_windows
 from keynorm_jax.metrics_writer import MetricsWriter
-from keynorm_jax.model import GAULM, count_params
+from keynorm_jax.models import count_params
 from keynorm_jax.optimizer import learning_rate_schedule, make_optimizer
 from keynorm_jax.scoring import make_scorer, score_windows, token_scores
 from keynorm_jax.tokenizer import join_documents
@@ -54,7 +54,7 @@ def make_train_step(model, tx, dropout_key):
 
     def loss_fn(params):
       logits = model.apply({"params": params}, inputs, deterministic=False,
-                           rngs={"dropout": rng})
+                           rngs={"dropout": rng, "positions": jax.random.fold_in(rng, 1)})
       correct, nll = token_scores(logits, targets)
       return nll.mean(), correct.mean()
 
@@ -67,8 +67,15 @@ def make_train_step(model, tx, dropout_key):
   return train_step
 
 
+def _flat(d: dict, prefix="") -> dict:
+  out = {}
+  for key, value in d.items():
+    out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
+  return out
+
+
 def _check_same_run(saved: dict, config, workdir) -> None:
-  current = config.to_dict()
+  saved, current = _flat(saved), _flat(config.to_dict())
   differing = sorted(k for k in set(saved) | set(current)
                      if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k))
   if differing:
@@ -100,7 +107,7 @@ def train_and_evaluate(config, workdir, *, stop_after_steps=None):
   workdir.mkdir(parents=True, exist_ok=True)
   is_main = jax.process_index() == 0
 
-  model = GAULM(run_config.gau_config(config))
+  model = run_config.build_model(config)
   tx = make_optimizer(config)
   schedule = learning_rate_schedule(config)
   state_sharding = sharding.replicated(mesh)

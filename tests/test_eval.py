@@ -14,9 +14,9 @@ import pytest
 from keynorm_jax import training
 from keynorm_jax.eval_command import evaluate_workdir
 from keynorm_jax.eval_sets import eval_windows
-from keynorm_jax.evaluation import ScalingRequest, held_out_tokens
-from keynorm_jax.model import GAULM
-from keynorm_jax.run_config import gau_config
+from keynorm_jax.eval_command import make_columns
+from keynorm_jax.evaluation import held_out_tokens
+from keynorm_jax.run_config import build_model
 from keynorm_jax.run_loading import load_run
 from train_helpers import tiny_config
 
@@ -36,7 +36,7 @@ def runs(tmp_path_factory):
 
 def _evaluate(workdir, tmp_path, **kwargs):
   kwargs.setdefault("lengths", [128])
-  kwargs.setdefault("requests", [ScalingRequest()])
+  kwargs.setdefault("columns", make_columns(["none"]))
   kwargs.setdefault("num_windows", 4)
   return evaluate_workdir(workdir, output=tmp_path, echo=QUIET, **kwargs)
 
@@ -45,7 +45,7 @@ def test_accuracy_equals_direct_computation(runs, tmp_path):
   records, failures, _ = _evaluate(runs / "kna_rope", tmp_path)
   assert not failures
   run = load_run(runs / "kna_rope")
-  model = GAULM(gau_config(run.config))
+  model = build_model(run.config)
   tokens = held_out_tokens(run.config)
   for record in records:
     windows = eval_windows(tokens, kind=record["set"], length=record["length"], count=4,
@@ -74,8 +74,8 @@ def test_numbers_identical_across_invocations(runs, tmp_path):
 
 def test_scalings_at_training_length_equal_none_where_the_formula_says(runs, tmp_path):
   names = ["none", "linear", "ntk", "dynamic_ntk", "yarn", "rerope"]
-  requests = [ScalingRequest(rope_scaling=n, rerope_window=32) for n in names]
-  records, _, _ = _evaluate(runs / "kna_rope", tmp_path, lengths=[32], requests=requests)
+  columns = make_columns(names, rerope_window=32)
+  records, _, _ = _evaluate(runs / "kna_rope", tmp_path, lengths=[32], columns=columns)
   for eval_set in ("repeated", "non_repeated"):
     found = {r["rope_scaling"]: (r["accuracy"], r["loss"]) for r in records
              if r["set"] == eval_set}
@@ -83,14 +83,14 @@ def test_scalings_at_training_length_equal_none_where_the_formula_says(runs, tmp
       assert found[name][0] == found["none"][0]
       assert found[name][1] == pytest.approx(found["none"][1], rel=1e-6)
   # ...and at 4x the training length they do differ.
-  records, _, _ = _evaluate(runs / "kna_rope", tmp_path, requests=requests[:3])
+  records, _, _ = _evaluate(runs / "kna_rope", tmp_path, columns=columns[:3])
   long = {r["rope_scaling"]: r["loss"] for r in records if r["length"] == 128}
   assert len(set(long.values())) == 3
 
 
 def test_output_files_exist_and_parse(runs, tmp_path):
   records, _, paths = _evaluate(runs, tmp_path, diagnostics=True,
-                                requests=[ScalingRequest(), ScalingRequest("yarn")])
+                                columns=make_columns(["none", "yarn"]))
   results = json.loads(paths["results.json"].read_text())["results"]
   required = {"run", "config", "train_length", "length", "set", "rope_scaling", "accuracy",
               "accuracy_stderr", "accuracy_beyond_train", "loss", "tokens"}
@@ -147,7 +147,7 @@ def test_cli_prints_table_and_writes_files(runs, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--length=16"], "shorter than kna_rope's training length 32"),
-    (["--rope_scaling=ntk,longrope"], "Unknown --rope_scaling longrope"),
+    (["--rope_scaling=ntk,longrope"], "Unknown --methods longrope"),
 ])
 def test_cli_bad_input(runs, tmp_path, args, message):
   result = _eval_cli(f"--workdir={runs / 'kna_rope'}", f"--output={tmp_path}", *args)

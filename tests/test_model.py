@@ -7,10 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from keynorm_jax.inference_scaling import InferenceScaling
-from keynorm_jax.model import GAULM, GAUConfig, count_params, rms_norm
+from keynorm_jax.errors import ConfigError
+from keynorm_jax.models import GAULM, ModelConfig, count_params
+from keynorm_jax.models.layers import rms_norm
+from keynorm_jax.positions import EvalColumn, UnknownMethodError, inference_method
 
-CFG = GAUConfig(vocab_size=257, num_layers=2, d_model=16, expansion=24, qk_size=8)
+CFG = ModelConfig(vocab_size=257, num_layers=2, d_model=16, expansion=24, qk_size=8)
 
 
 def _init(cfg, length=12):
@@ -20,11 +22,11 @@ def _init(cfg, length=12):
 
 def _expected_params(cfg):
   d, e, s, v = cfg.d_model, cfg.expansion, cfg.qk_size, cfg.vocab_size
-  per_layer = d * (2 * e + s) + e * d + 4 * s + (2 * s if cfg.qk_norm else 0)
+  per_layer = d * (2 * e + s) + e * d + 4 * s + (2 * s if cfg.qk_norm != "none" else 0)
   return v * d + cfg.num_layers * per_layer + (0 if cfg.tie_embeddings else d * v)
 
 
-@pytest.mark.parametrize("changes", [{}, {"qk_norm": True}, {"tie_embeddings": True}])
+@pytest.mark.parametrize("changes", [{}, {"qk_norm": "rmsnorm"}, {"tie_embeddings": True}])
 def test_parameter_count_by_hand(changes):
   cfg = dataclasses.replace(CFG, **changes)
   _, params = _init(cfg)
@@ -32,7 +34,7 @@ def test_parameter_count_by_hand(changes):
 
 
 def test_seed_size_is_about_100m():
-  cfg = GAUConfig(num_layers=24, d_model=768, expansion=1536, qk_size=128)
+  cfg = ModelConfig(num_layers=24, d_model=768, expansion=1536, qk_size=128)
   params = jax.eval_shape(lambda: GAULM(cfg).init(jax.random.PRNGKey(0),
                                                   jnp.zeros([1, 8], jnp.int32)))["params"]
   assert 80e6 < count_params(params) < 120e6
@@ -45,13 +47,19 @@ def test_rms_norm_by_hand():
 
 @pytest.mark.parametrize("changes", [
     dict(attention="baseline"), dict(attention="kna", logn=True), dict(attention="cosa"),
-    dict(attention="qna", position="nope"), dict(qk_norm=True, norm_position="pre"),
+    dict(attention="qna", position="nope"), dict(qk_norm="rmsnorm", norm_position="pre"),
+    dict(qk_norm="layernorm", ssmax=True), dict(position="alibi"), dict(position="sinusoidal"),
+    dict(position="learned", train_length=12), dict(position="xpos"),
+    dict(position="kerple_log"), dict(position="fire"), dict(position="randomized_rope"),
+    dict(position="p_rope"), dict(position="hwfa", attention="kna"),
 ])
-@pytest.mark.parametrize("scaling", [InferenceScaling(),
-                                     InferenceScaling("rerope", rerope_window=3),
-                                     InferenceScaling("yarn", factor=2.0, posthoc_logn=True)])
+@pytest.mark.parametrize("scaling", [EvalColumn(),
+                                     EvalColumn(inference_method("rerope", rerope_window=3)),
+                                     EvalColumn(inference_method("yarn", factor=2.0), True),
+                                     EvalColumn(inference_method("streaming", window=4,
+                                                                 sink_tokens=2))])
 def test_model_is_causal(changes, scaling):
-  cfg = dataclasses.replace(CFG, train_length=8, **changes)
+  cfg = dataclasses.replace(CFG, **{"train_length": 8, **changes})
   _, params = _init(cfg)
   model = GAULM(cfg, scaling)
   tokens = np.random.default_rng(0).integers(0, 256, size=(2, 12)).astype(np.int32)
@@ -87,7 +95,13 @@ def test_dropout_only_in_training():
 
 
 def test_bad_model_config_raises():
-  with pytest.raises(ValueError, match="Unknown attention"):
-    GAUConfig(attention="flash")
-  with pytest.raises(ValueError, match="Unknown RoPE scaling"):
-    InferenceScaling("ntk-by-parts")
+  with pytest.raises(ConfigError, match="attention='flash' is not one of"):
+    ModelConfig(attention="flash")
+  with pytest.raises(ConfigError, match="Unknown position 'rotary'; choose one of nope, rope"):
+    ModelConfig(position="rotary")
+  with pytest.raises(ConfigError, match="has no knob bogus"):
+    ModelConfig(position="alibi", position_options={"bogus": 1})
+  with pytest.raises(UnknownMethodError, match="Unknown inference method 'ntk-by-parts'"):
+    inference_method("ntk-by-parts")
+  with pytest.raises(ValueError, match="factor must be >= 1"):
+    inference_method("yarn", factor=0.5)

@@ -121,7 +121,9 @@ def test_cli_trains_with_bare_config_name_and_default_workdir(tmp_path, data_dir
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--config=kna_ropez"], "No config 'kna_ropez'. Available: baseline_logn_rope"),
+    (["--config=kna_alibi", "--config.model.position_options.slopes=1"], "slopes"),
+    (["--config=kna_alibi", "--config.model.position=rotary"], "Unknown position 'rotary'"),
+    (["--config=kna_ropez"], "No config 'kna_ropez'. Did you mean kna_rope"),
     (["--config=kna_rope", "--config.no_such_key=1"], "no_such_key"),
     (["--config=kna_rope", "--config.batch_size=eight"], "batch_size"),
     (["--config=kna_rope", "--config.model_size=huge"], "Unknown model_size 'huge'"),

@@ -1,0 +1,274 @@
+"""Causal softmax attention of the KeyNorm study and its position methods, as pure functions.
+
+Scores a_ij before the causal mask (q, k after RoPE; S = head size), one head at a time:
+
+  baseline  q_i . k_j / sqrt(S)
+  qna       (q_i / ||q_i||) . k_j
+  kna       q_i . (k_j / ||k_j||)
+  cosa      lambda * cos(q_i, k_j)
+
+Per-query factors multiply every score of query i (position p_i):
+  trained "log n"  log(p_i + 1) / log(n0)                (logn_base = n0)
+  post-hoc log n   max(1, log(p_i + 1) / log(L_train))   (inference only; on the scores, not on q
+                   as bojone/rerope does: the same for baseline and kna, not for qna and cosa,
+                   whose normalization of q would cancel a factor on q)
+  SSMax            s_h log(p_i + 1)                      (learnable s per head)
+  YaRN             attention_factor ** 2
+Biases are added after those factors: ALiBi -m_h (p_i - p_j), or a learned bias (KERPLE, FIRE).
+Masks: causal; `window` keeps 0 <= p_i - p_j < w; `sink_tokens` k also keeps keys p_j < k.
+
+ReRoPE (bojone/rerope): relative position t = p_i - p_j becomes w where t >= w (leaky: w + (t - w)/k),
+computed as two score matrices joined with where(t < w). Streaming (attention sinks) scores a sink
+key outside the window at its position in the StreamingLLM cache, (k + w - 1) - p_j, the same way.
+L2 normalization commutes with the rotation, so it is applied before RoPE. Softmax runs in float32.
+Inputs are [B, T, S] (one head) or [B, T, H, S] (keys and values may have fewer heads: GQA).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from keynorm_jax.rope import apply_rope
+
+VARIANTS = ("baseline", "qna", "kna", "cosa")
+_MASKED = -1e30
+_FULL_ATTENTION_MAX_LENGTH = 2048  # longer sequences are processed in query blocks
+_DEFAULT_QUERY_BLOCK = 512
+
+
+def query_block_size(length: int) -> int:
+  """Queries per block: all at once up to 2048 tokens, else blocks of 512 (bounded memory)."""
+  return length if length <= _FULL_ATTENTION_MAX_LENGTH else _DEFAULT_QUERY_BLOCK
+
+
+def l2_normalize(x, eps=1e-12):
+  """x / ||x|| over the last axis."""
+  return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+def cosa_default_scale(train_length: int) -> float:
+  """CosA's lambda = 4 log n with n = half the training length."""
+  return 4.0 * math.log(train_length / 2)
+
+
+def _check_options(variant, cosa_scale, rerope_window, leaky_rerope_factor, logn_base, window,
+                   sink_tokens, inv_freq, xpos_gamma):
+  if variant not in VARIANTS:
+    raise ValueError(f"Unknown attention variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
+  if variant == "cosa" and cosa_scale is None:
+    raise ValueError("variant 'cosa' needs cosa_scale (lambda, e.g. 4 log(train_length / 2)).")
+  if leaky_rerope_factor is not None and rerope_window is None:
+    raise ValueError("leaky_rerope_factor needs rerope_window (the window w).")
+  if rerope_window is not None and rerope_window < 1:
+    raise ValueError(f"rerope_window must be >= 1, got {rerope_window}.")
+  if leaky_rerope_factor is not None and leaky_rerope_factor < 1:
+    raise ValueError(f"leaky_rerope_factor must be >= 1, got {leaky_rerope_factor}.")
+  if logn_base is not None and logn_base <= 1:
+    raise ValueError(f"logn_base (n0) must be > 1, got {logn_base}.")
+  if window is not None and window < 1:
+    raise ValueError(f"window must be >= 1, got {window}.")
+  if sink_tokens is not None and window is None:
+    raise ValueError("sink_tokens needs window (StreamingLLM keeps the sinks plus a window).")
+  if sink_tokens is not None and rerope_window is not None:
+    raise ValueError("sink_tokens and rerope_window cannot be combined (both re-place far keys).")
+  if xpos_gamma is not None and inv_freq is None:
+    raise ValueError("xpos_gamma needs inv_freq (xPos is a RoPE).")
+
+
+def _score_scale(variant, size, cosa_scale):
+  return {"baseline": 1.0 / math.sqrt(size), "qna": 1.0, "kna": 1.0, "cosa": cosa_scale}[variant]
+
+
+def _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale):
+  """[B, T, H or 1] factor on the scores: trained log n x post-hoc log n x SSMax."""
+  log_n = jnp.log(positions_BxT.astype(jnp.float32) + 1.0)[:, :, None]
+  multiplier = jnp.ones_like(log_n)
+  if logn_base is not None:
+    multiplier = multiplier * log_n / math.log(logn_base)
+  if posthoc_logn_length is not None:
+    multiplier = multiplier * jnp.maximum(1.0, log_n / math.log(posthoc_logn_length))
+  if ssmax_scale is not None:
+    multiplier = multiplier * jnp.asarray(ssmax_scale, jnp.float32) * log_n
+  return multiplier
+
+
+def _xpos_scale(positions_BxT, inv_freq, gamma, scale_base, sign):
+  """[B, T, 1, S] xPos factor zeta_m^(sign (p - c) / scale_base) on both halves of pair m.
+
+  zeta_m = (2m/S + gamma) / (1 + gamma) over the pair index m (m = 0 the highest frequency). The
+  positions are centred on c = the middle of each row's positions; q and k use the same c, so
+  scores (zeta^((p_i - p_j) / scale_base)) do not change while the factors stay near 1.
+  """
+  pairs = inv_freq.shape[-1]
+  zeta = (jnp.arange(pairs, dtype=jnp.float32) * 2 / (2 * pairs) + gamma) / (1 + gamma)
+  p = positions_BxT.astype(jnp.float32)
+  centre = (p.max(axis=1, keepdims=True) + p.min(axis=1, keepdims=True)) / 2
+  power = sign * (p - centre) / scale_base
+  scale = zeta ** power[:, :, None, None]                                    # [B, T, 1, S/2]
+  return jnp.concatenate([scale, scale], axis=-1)
+
+
+def attend(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
+           attention_factor=1.0, rerope_window=None, leaky_rerope_factor=None, cosa_scale=None,
+           posthoc_logn_length=None, alibi_slope=None, window=None, sink_tokens=None,
+           xpos_gamma=None, xpos_scale_base=512.0, score_bias=None, ssmax_scale=None,
+           query_block=None):
+  """Causal attention; returns (o, attention entropy in nats).
+
+  Same arguments as `causal_attention`, plus:
+    posthoc_logn_length: L_train of the inference-only log n.
+    xpos_gamma, xpos_scale_base: xPos decay on top of RoPE (needs inv_freq).
+    score_bias: callable(relative [B, Q, K] float32, query positions [B, Q]) -> bias broadcastable
+      to [B, H, Q, K] (learned biases: KERPLE, FIRE); relative is the key's (cache) distance.
+    ssmax_scale: SSMax's s, a scalar or [H].
+    query_block: queries per block (default: all at once up to 2048 tokens, else 512).
+
+  Returns:
+    o with v's layout ([B, T, E] or [B, T, H, E]); entropy [B, T] (or [B, T, H]).
+  """
+  _check_options(variant, cosa_scale, rerope_window, leaky_rerope_factor, logn_base, window,
+                 sink_tokens, inv_freq, xpos_gamma)
+  single_head = q.ndim == 3
+  if single_head:
+    q, k, v = q[:, :, None], k[:, :, None], v[:, :, None]
+  batch, length, heads, size = q.shape
+  if heads % k.shape[2]:
+    raise ValueError(f"{heads} query heads cannot share {k.shape[2]} key/value heads evenly.")
+  k = jnp.repeat(k, heads // k.shape[2], axis=2)
+  v32 = jnp.repeat(v, heads // v.shape[2], axis=2).astype(jnp.float32)
+  q, k = q.astype(jnp.float32), k.astype(jnp.float32)
+  if positions is None:
+    positions = jnp.arange(length)
+  positions_BxT = jnp.broadcast_to(positions, (batch, length))
+  if variant in ("qna", "cosa"):
+    q = l2_normalize(q)
+  if variant in ("kna", "cosa"):
+    k = l2_normalize(k)
+  scale = _score_scale(variant, size, cosa_scale) * attention_factor**2
+  multiplier_BxTxH = jnp.broadcast_to(
+      scale * _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale),
+      (batch, length, heads))
+
+  def rotate(x, positions_at, sign):
+    if inv_freq is None:
+      return x
+    x = apply_rope(x, positions_at[:, :, None], inv_freq)
+    if xpos_gamma is not None:
+      x = x * _xpos_scale(positions_at, inv_freq, xpos_gamma, xpos_scale_base, sign)
+    return x
+
+  q_near, k_near = rotate(q, positions_BxT, 1.0), rotate(k, positions_BxT, -1.0)
+  q_far = k_far = None
+  far_from = None       # relative distance from which a key is scored by the far matrices
+  if inv_freq is not None and rerope_window is not None:
+    w, leak = float(rerope_window), float(leaky_rerope_factor or math.inf)
+    # q at p_i / leak + w (1 - 1/leak) against k at p_j / leak: relative w + (t - w) / leak.
+    far_from = rerope_window
+    q_far = rotate(q, positions_BxT / leak + w * (1 - 1 / leak), 1.0)
+    k_far = rotate(k, positions_BxT / leak, -1.0)
+  elif inv_freq is not None and sink_tokens is not None:
+    far_from = window     # q sits at the cache's last slot k + w - 1, a sink key at p_j
+    q_far = rotate(q, jnp.full_like(positions_BxT, sink_tokens + window - 1), 1.0)
+    k_far = k_near
+  bias_slopes = None if alibi_slope is None else jnp.asarray(alibi_slope, jnp.float32)
+  key_index = jnp.arange(length)
+
+  def one_block(q_near_BxQxHxS, q_far_BxQxHxS, positions_BxQ, multiplier_BxQxH, query_index_Q):
+    scores_BxHxQxT = jnp.einsum("bqhs,bkhs->bhqk", q_near_BxQxHxS, k_near)
+    relative_BxQxT = (positions_BxQ[:, :, None] - positions_BxT[:, None, :]).astype(jnp.float32)
+    if q_far_BxQxHxS is not None:
+      far_BxHxQxT = jnp.einsum("bqhs,bkhs->bhqk", q_far_BxQxHxS, k_far)
+      scores_BxHxQxT = jnp.where((relative_BxQxT < far_from)[:, None], scores_BxHxQxT,
+                                 far_BxHxQxT)
+    scores_BxHxQxT = scores_BxHxQxT * jnp.moveaxis(multiplier_BxQxH, 2, 1)[..., None]
+    distance_BxQxT = relative_BxQxT
+    if sink_tokens is not None:
+      cache_distance = (sink_tokens + window - 1) - positions_BxT[:, None, :].astype(jnp.float32)
+      distance_BxQxT = jnp.where(relative_BxQxT < window, relative_BxQxT, cache_distance)
+    if bias_slopes is not None:
+      slopes_H = jnp.broadcast_to(bias_slopes, (heads,))
+      scores_BxHxQxT = scores_BxHxQxT - slopes_H[None, :, None, None] * distance_BxQxT[:, None]
+    if score_bias is not None:
+      scores_BxHxQxT = scores_BxHxQxT + score_bias(distance_BxQxT, positions_BxQ)
+    keep_QxT = query_index_Q[:, None] >= key_index[None, :]
+    keep_BxQxT = jnp.broadcast_to(keep_QxT, relative_BxQxT.shape)
+    if window is not None:
+      near = relative_BxQxT < window
+      if sink_tokens is not None:
+        near = near | (positions_BxT[:, None, :] < sink_tokens)
+      keep_BxQxT = keep_BxQxT & near
+    keep_Bx1xQxT = keep_BxQxT[:, None]
+    scores_BxHxQxT = jnp.where(keep_Bx1xQxT, scores_BxHxQxT, _MASKED)
+    probs_BxHxQxT = jax.nn.softmax(scores_BxHxQxT, axis=-1)
+    out_BxQxHxE = jnp.einsum("bhqk,bkhe->bqhe", probs_BxHxQxT, v32)
+    log_probs = jnp.where(keep_Bx1xQxT, jax.nn.log_softmax(scores_BxHxQxT, axis=-1), 0.0)
+    entropy_BxQxH = jnp.moveaxis(-jnp.sum(probs_BxHxQxT * log_probs, axis=-1), 1, 2)
+    return out_BxQxHxE, entropy_BxQxH
+
+  if query_block is None:
+    query_block = query_block_size(length)
+  if query_block >= length:
+    out, entropy = one_block(q_near, q_far, positions_BxT, multiplier_BxTxH, key_index)
+  else:
+    out, entropy = _over_query_blocks(one_block, query_block, batch, length,
+                                      (q_near, q_far, positions_BxT, multiplier_BxTxH))
+  out = out.astype(v.dtype)
+  if single_head:
+    return out[:, :, 0], entropy[:, :, 0]
+  return out, entropy
+
+
+def _over_query_blocks(one_block, query_block, batch, length, per_query):
+  """Runs one_block over blocks of `query_block` queries (padded at the end) with lax.map."""
+  num_blocks = -(-length // query_block)
+  pad = num_blocks * query_block - length
+
+  def to_blocks(x):  # [B, T, ...] -> [num_blocks, B, query_block, ...]
+    if x is None:
+      return None
+    x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+    x = x.reshape((batch, num_blocks, query_block) + x.shape[2:])
+    return jnp.moveaxis(x, 1, 0)
+
+  def from_blocks(x):  # [num_blocks, B, query_block, ...] -> [B, T, ...]
+    x = jnp.moveaxis(x, 0, 1)
+    return x.reshape((batch, num_blocks * query_block) + x.shape[3:])[:, :length]
+
+  query_index = jnp.arange(num_blocks * query_block).reshape(num_blocks, query_block)
+  blocks = tuple(to_blocks(x) for x in per_query) + (query_index,)
+  out, entropy = jax.lax.map(lambda xs: one_block(*xs), blocks)
+  return from_blocks(out), from_blocks(entropy)
+
+
+def causal_attention(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
+                     attention_factor=1.0, rerope_window=None, leaky_rerope_factor=None,
+                     cosa_scale=None, alibi_slope=None, window=None, sink_tokens=None):
+  """Causal softmax attention of one variant.
+
+  Args:
+    q, k: [B, T, S] queries and keys before RoPE ([B, T, H, S] for several heads).
+    v: [B, T, E] values ([B, T, H, E]).
+    variant: "baseline", "qna", "kna" or "cosa".
+    inv_freq: [S // 2] RoPE inverse frequencies (see rope.rope_inv_freq); None for NoPE.
+    positions: [T] or [B, T] position ids; default 0..T-1.
+    logn_base: n0 of the trained log n factor log(p_i + 1) / log(n0); None turns it off.
+    attention_factor: every score is multiplied by attention_factor ** 2 (YaRN).
+    rerope_window: ReRoPE window w; relative positions >= w are clipped to w.
+    leaky_rerope_factor: k of leaky ReRoPE: t -> w + (t - w) / k beyond the window.
+    cosa_scale: CosA's lambda; required for "cosa".
+    alibi_slope: ALiBi slope m (a float, or [H] per head): -m (i - j) is added to the scores
+      after the variant's scale.
+    window: keep only keys with 0 <= i - j < window.
+    sink_tokens: with window, also keep keys j < sink_tokens; a sink key outside the window sits
+      at relative position (sink_tokens + window - 1) - j, its place in the StreamingLLM cache.
+
+  Returns:
+    o: [B, T, E] ([B, T, H, E]).
+  """
+  out, _ = attend(q, k, v, variant=variant, inv_freq=inv_freq, positions=positions,
+                  logn_base=logn_base, attention_factor=attention_factor,
+                  rerope_window=rerope_window, leaky_rerope_factor=leaky_rerope_factor,
+                  cosa_scale=cosa_scale, alibi_slope=alibi_slope, window=window,
+                  sink_tokens=sink_tokens)
+  return out

@@ -1,0 +1,48 @@
+"""Attention with the model's variant and position method, for one layer of either architecture.
+
+Given q, k, v per head, it asks the position method for this layer's AttentionSpec, lets the
+evaluation column (an inference-time method) rewrite it, builds the learned biases, and calls
+attention.attend. It records key norms and attention entropy for the diagnostics (`sow`).
+"""
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from keynorm_jax import positions
+from keynorm_jax.attention import attend
+from keynorm_jax.models.config import ModelConfig
+from keynorm_jax.models.position_bias import FireBias, KerpleLogBias, SSMaxScale
+
+
+def layer_spec(cfg: ModelConfig, layer: int, column: positions.EvalColumn):
+  """The AttentionSpec of `layer` under an evaluation column (already resolved at its length)."""
+  spec = cfg.position_method.layer_spec(layer=layer, num_layers=cfg.num_layers,
+                                        num_heads=cfg.heads, rope_theta=cfg.rope_theta,
+                                        train_length=cfg.train_length)
+  return column.apply(spec)
+
+
+class PositionalAttention(nn.Module):
+  """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E] -> [B, T, H, E]."""
+  config: ModelConfig
+  layer: int
+  column: positions.EvalColumn
+
+  @nn.compact
+  def __call__(self, q, k, v, positions_BxT):
+    cfg = self.config
+    spec = layer_spec(cfg, self.layer, self.column)
+    kwargs = positions.attention_kwargs(spec, rotary_dim=q.shape[-1], train_length=cfg.train_length,
+                                        seq_length=q.shape[1], logn_base=cfg.resolved_logn_base)
+    score_bias = None
+    if spec.learned_bias == "kerple_log":
+      score_bias = KerpleLogBias(cfg.heads, name="kerple")()
+    elif spec.learned_bias == "fire":
+      score_bias = FireBias(cfg.heads, cfg.train_length, name="fire")()
+    ssmax = SSMaxScale(cfg.heads, cfg.train_length, name="ssmax")() if cfg.ssmax else None
+    out, entropy = attend(q, k, v, variant=cfg.attention, positions=positions_BxT,
+                          cosa_scale=cfg.resolved_cosa_scale, score_bias=score_bias,
+                          ssmax_scale=ssmax, **kwargs)
+    self.sow("intermediates", "key_norm", jnp.linalg.norm(k.astype(jnp.float32), axis=-1))
+    self.sow("intermediates", "attention_entropy", entropy)
+    return out

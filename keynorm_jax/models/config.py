@@ -1,0 +1,136 @@
+"""`ModelConfig`: the static description of a model, unpacked from the config's `model` section.
+
+`ModelConfig(**config.model, vocab_size=..., train_length=...)` validates every field once; the
+rules for fields left at 0 ("default") live in the properties below and nowhere else.
+"""
+
+import dataclasses
+import math
+
+from keynorm_jax import positions
+from keynorm_jax.attention import VARIANTS, cosa_default_scale
+from keynorm_jax.errors import ConfigError
+
+ARCHITECTURES = ("gau", "transformer")
+QK_NORMS = ("none", "rmsnorm", "layernorm")
+NORM_POSITIONS = ("post", "pre")
+NORMS = ("rmsnorm", "layernorm")
+MLPS = ("swiglu", "gelu")
+DTYPES = ("float32", "bfloat16")
+
+
+def _choice(name, value, choices):
+  if value not in choices:
+    raise ConfigError(f"model.{name}={value!r} is not one of {', '.join(choices)}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """See configs/base.py for the meaning of each field (0 = the default named there)."""
+  architecture: str = "gau"
+  vocab_size: int = 257
+  num_layers: int = 2
+  d_model: int = 32
+  # GAU.
+  expansion: int = 64
+  qk_size: int = 16
+  norm_position: str = "post"
+  # Transformer.
+  num_heads: int = 0
+  head_dim: int = 0
+  num_kv_heads: int = 0
+  mlp: str = "swiglu"
+  mlp_size: int = 0
+  norm: str = "rmsnorm"
+  # Both.
+  dropout: float = 0.0
+  tie_embeddings: bool = False
+  attention: str = "baseline"
+  logn: bool = False
+  logn_base: float = 0.0
+  qk_norm: str = "none"
+  ssmax: bool = False
+  cosa_scale: float = 0.0
+  position: str = "rope"
+  position_options: tuple = ()
+  rope_theta: float = 10000.0
+  compute_dtype: str = "float32"
+  train_length: int = 512
+
+  def __post_init__(self):
+    options = self.position_options
+    if not isinstance(options, tuple):
+      options = tuple(sorted(dict(options).items()))
+      object.__setattr__(self, "position_options", options)
+    _choice("architecture", self.architecture, ARCHITECTURES)
+    _choice("attention", self.attention, VARIANTS)
+    _choice("qk_norm", self.qk_norm, QK_NORMS)
+    _choice("norm_position", self.norm_position, NORM_POSITIONS)
+    _choice("norm", self.norm, NORMS)
+    _choice("mlp", self.mlp, MLPS)
+    _choice("compute_dtype", self.compute_dtype, DTYPES)
+    for name in ("num_layers", "d_model", "train_length", "vocab_size"):
+      if getattr(self, name) < 1:
+        raise ConfigError(f"model.{name} must be at least 1, got {getattr(self, name)}.")
+    if self.architecture == "gau":
+      for name in ("expansion", "qk_size"):
+        if getattr(self, name) < 1:
+          raise ConfigError(f"model.{name} must be at least 1, got {getattr(self, name)}.")
+    if self.head_size % 2:
+      raise ConfigError(f"The attention head size must be even (RoPE rotates pairs), got "
+                        f"{self.head_size}.")
+    if self.heads % self.kv_heads:
+      raise ConfigError(f"model.num_heads={self.heads} is not a multiple of "
+                        f"model.num_kv_heads={self.kv_heads}.")
+    if self.logn and self.logn_base and self.logn_base <= 1:
+      raise ConfigError(f"model.logn_base must be > 1 (or 0 for half the training length), got "
+                        f"{self.logn_base}.")
+    try:
+      method = self.position_method
+    except ValueError as e:
+      raise ConfigError(f"model.position: {e}") from None
+    reason = method.refuse(attention=self.attention, num_heads=self.heads, logn=self.logn)
+    if reason:
+      raise ConfigError(f"model.position={self.position!r} cannot run here: {reason}.")
+
+  @property
+  def position_method(self) -> positions.TrainingMethod:
+    return positions.training_method(self.position, dict(self.position_options))
+
+  @property
+  def heads(self) -> int:
+    """Query heads (GAU: 1)."""
+    return 1 if self.architecture == "gau" else (self.num_heads or 1)
+
+  @property
+  def kv_heads(self) -> int:
+    return 1 if self.architecture == "gau" else (self.num_kv_heads or self.heads)
+
+  @property
+  def head_size(self) -> int:
+    """Size of q and k per head (GAU: qk_size; Transformer: head_dim, default d / heads)."""
+    if self.architecture == "gau":
+      return self.qk_size
+    return self.head_dim or self.d_model // self.heads
+
+  @property
+  def resolved_mlp_size(self) -> int:
+    """Transformer feed-forward width; default 8/3 d (SwiGLU) or 4 d (GELU), rounded to 8."""
+    if self.mlp_size:
+      return self.mlp_size
+    width = 8 * self.d_model / 3 if self.mlp == "swiglu" else 4 * self.d_model
+    return int(8 * math.ceil(width / 8))
+
+  @property
+  def resolved_logn_base(self):
+    """n0 of the trained log n (default half the training length), or None when it is off."""
+    if not self.logn:
+      return None
+    return self.logn_base or self.train_length / 2
+
+  @property
+  def resolved_cosa_scale(self):
+    """CosA's lambda (default 4 log(train_length / 2)), or None for other variants."""
+    if self.attention != "cosa":
+      return None
+    return self.cosa_scale or cosa_default_scale(self.train_length)

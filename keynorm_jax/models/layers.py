@@ -1,0 +1,64 @@
+"""Small layers shared by both architectures: norms, scale-offset, absolute position embeddings."""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+def rms_norm(x, eps=1e-6):
+  """Parameter-free RMSNorm: x / sqrt(mean(x^2) + eps)."""
+  x32 = x.astype(jnp.float32)
+  return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
+
+
+class ScaleOffset(nn.Module):
+  """Per-dimension gamma * x + beta (gamma init 1, beta init 0)."""
+
+  @nn.compact
+  def __call__(self, x):
+    gamma = self.param("gamma", nn.initializers.ones, (x.shape[-1],))
+    beta = self.param("beta", nn.initializers.zeros, (x.shape[-1],))
+    return x * gamma.astype(x.dtype) + beta.astype(x.dtype)
+
+
+def norm_layer(kind: str, name: str) -> nn.Module:
+  """A norm with a learnable gain: "rmsnorm", or "layernorm" (mean-subtracted, gain and bias)."""
+  if kind == "rmsnorm":
+    return nn.RMSNorm(epsilon=1e-6, name=name)
+  if kind == "layernorm":
+    return nn.LayerNorm(epsilon=1e-6, name=name)
+  raise ValueError(f"Unknown norm {kind!r}; choose rmsnorm or layernorm.")
+
+
+def sinusoidal_embedding(positions_BxT, dim: int):
+  """[B, T, dim] Vaswani et al.: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i + 1) = cos(...)."""
+  inv_freq = 10000.0**(-jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)
+  angles = positions_BxT.astype(jnp.float32)[..., None] * inv_freq
+  out = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)
+  return out.reshape(positions_BxT.shape + (-1,))[..., :dim]
+
+
+class AbsolutePositions(nn.Module):
+  """Absolute positions added to the token embedding (sinusoidal or learned).
+
+  Token embeddings are initialised with std d^-1/2 and the sinusoids have unit amplitude, so the
+  sinusoids are scaled by d^-1/2: the ratio of Vaswani et al.'s sqrt(d) x embedding + PE.
+  """
+  kind: str
+  train_length: int
+
+  @nn.compact
+  def __call__(self, x_BxTxD, positions_BxT):
+    dim = x_BxTxD.shape[-1]
+    if self.kind == "sinusoidal":
+      return x_BxTxD + (sinusoidal_embedding(positions_BxT, dim) / math.sqrt(dim)).astype(
+          x_BxTxD.dtype)
+    length = x_BxTxD.shape[1]
+    if length > self.train_length:
+      raise ValueError(f"learned absolute positions have {self.train_length} rows (the training "
+                       f"length); a sequence of {length} tokens is past the table.")
+    table = nn.Embed(self.train_length, dim, name="table",
+                     embedding_init=nn.initializers.normal(stddev=dim**-0.5))
+    return x_BxTxD + table(positions_BxT).astype(x_BxTxD.dtype)

@@ -1,0 +1,49 @@
+"""The parts of a language model around its layers, shared by both architectures."""
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from keynorm_jax.models.config import ModelConfig
+from keynorm_jax.models.layers import AbsolutePositions
+
+
+def sequence_positions(module: nn.Module, cfg: ModelConfig, batch: int, length: int,
+                       deterministic: bool):
+  """[B, T] positions: the method's training positions (randomized RoPE) when training, else
+  0..T-1. Refuses a length past what the method can encode (a learned table's rows)."""
+  method = cfg.position_method
+  limit = method.max_length(cfg.train_length)
+  if limit is not None and length > limit:
+    raise ValueError(f"{cfg.position} positions stop at {limit} tokens; a sequence of {length} "
+                     f"is past them (not applicable).")
+  if not deterministic and method.random_positions:
+    return method.training_positions(module.make_rng("positions"), batch, length,
+                                     cfg.train_length)
+  return jnp.broadcast_to(jnp.arange(length), (batch, length))
+
+
+class Embedder(nn.Module):
+  """Tokens [B, T] -> [B, T, d] (compute dtype), plus absolute positions if the method has them;
+  `logits` maps back to float32 logits through the tied or untied head."""
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config
+    self.embed = nn.Embed(cfg.vocab_size, cfg.d_model, name="embed",
+                          embedding_init=nn.initializers.normal(stddev=cfg.d_model**-0.5))
+    absolute = cfg.position_method.absolute
+    self.absolute = (AbsolutePositions(absolute, cfg.train_length, name="positions")
+                     if absolute else None)
+    if not cfg.tie_embeddings:
+      self.head = nn.Dense(cfg.vocab_size, use_bias=False, name="head")
+
+  def __call__(self, tokens_BxT, positions_BxT):
+    x = self.embed(tokens_BxT).astype(jnp.dtype(self.config.compute_dtype))
+    if self.absolute is not None:
+      x = self.absolute(x, positions_BxT)
+    return x
+
+  def logits(self, x):
+    x = x.astype(jnp.float32)
+    out = self.embed.attend(x) if self.config.tie_embeddings else self.head(x)
+    return out.astype(jnp.float32)

@@ -1,0 +1,87 @@
+"""Learned score biases of a layer (KERPLE, FIRE) and SSMax's learnable scale, as Flax modules.
+
+Each bias module returns a callable(distance [B, Q, K], query positions [B, Q]) -> [B, H, Q, K] for
+attention.attend's `score_bias`; distance is the key's relative (or StreamingLLM cache) distance.
+"""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+_MIN_POSITIVE = 1e-2  # KERPLE keeps r1, r2 at or above this (its reference code clamps them)
+
+
+class KerpleLogBias(nn.Module):
+  """KERPLE-log (Chi et al. 2022): -r1_h log(1 + r2_h (i - j)), r1, r2 > 0 learnable per head.
+
+  Initialised as in the paper's code: r1 ~ U(0, 2), r2 ~ U(0, 1).
+  """
+  num_heads: int
+
+  @nn.compact
+  def __call__(self):
+    uniform = lambda high: (lambda key, shape: nn.initializers.uniform(high)(key, shape))
+    r1 = jnp.maximum(self.param("r1", uniform(2.0), (self.num_heads,)), _MIN_POSITIVE)
+    r2 = jnp.maximum(self.param("r2", uniform(1.0), (self.num_heads,)), _MIN_POSITIVE)
+
+    def bias(distance_BxQxK, query_positions_BxQ):
+      del query_positions_BxQ
+      d = jnp.maximum(distance_BxQxK, 0.0)[:, None]
+      return -r1[None, :, None, None] * jnp.log1p(r2[None, :, None, None] * d)
+
+    return bias
+
+
+class FireBias(nn.Module):
+  """FIRE (Li et al. 2023): f(psi(i - j) / psi(max(L, i))), psi(x) = log(c x + 1).
+
+  f is an MLP 1 -> hidden (ReLU) -> H, one per layer for all heads; c > 0 and the threshold
+  L = |l| x train_length > 0 are learnable. Initialised as the FIRE reference code: c = 0.1, l = 1
+  (L = the training length); psi's denominator gets 1e-6, as there.
+  """
+  num_heads: int
+  train_length: int
+  hidden: int = 32
+
+  @nn.compact
+  def __call__(self):
+    c = jnp.abs(self.param("c", nn.initializers.constant(0.1), ()))
+    threshold = jnp.abs(self.param("l", nn.initializers.ones, ())) * self.train_length
+    # The MLP's weights as plain parameters (PyTorch's default init U(+-1/sqrt(fan_in)), as the
+    # reference code), so the bias is a pure function that can run inside attention's block loop.
+    w_in = self.param("w_in", _torch_default(1), (self.hidden,))
+    b_in = self.param("b_in", _torch_default(1), (self.hidden,))
+    w_out = self.param("w_out", _torch_default(self.hidden), (self.hidden, self.num_heads))
+    b_out = self.param("b_out", _torch_default(self.hidden), (self.num_heads,))
+
+    def bias(distance_BxQxK, query_positions_BxQ):
+      psi = lambda x: jnp.log(c * x + 1.0)
+      i = query_positions_BxQ.astype(jnp.float32)[:, :, None]
+      normalized = psi(jnp.maximum(distance_BxQxK, 0.0)) / (psi(jnp.maximum(threshold, i)) + 1e-6)
+      hidden_BxQxKxM = nn.relu(normalized[..., None] * w_in + b_in)
+      out_BxQxKxH = hidden_BxQxKxM @ w_out + b_out
+      return jnp.moveaxis(out_BxQxKxH, -1, 1)
+
+    return bias
+
+
+def _torch_default(fan_in: int):
+  """PyTorch's default Linear init: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+  bound = 1.0 / math.sqrt(fan_in)
+  return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
+
+
+class SSMaxScale(nn.Module):
+  """SSMax's s per head (Nakanishi 2025): scores of query i times s log(i + 1).
+
+  Initialised at 1 / log(train_length), so at the training length the factor starts at 1.
+  """
+  num_heads: int
+  train_length: int
+
+  @nn.compact
+  def __call__(self):
+    init = nn.initializers.constant(1.0 / math.log(self.train_length))
+    return self.param("s", init, (self.num_heads,))

@@ -1,0 +1,16 @@
+"""Position methods: training-time encodings and inference-time changes, in two registries.
+
+Adding a method means one class in training_methods.py or inference_methods.py, its test, and a
+line in the README's method table; the config, model, evaluator and CLI help read the registries.
+"""
+
+from keynorm_jax.positions.inference_methods import (INFERENCE_METHODS, EvalColumn,
+                                                     InferenceMethod, inference_method)
+from keynorm_jax.positions.registry import UnknownMethodError
+from keynorm_jax.positions.spec import AttentionSpec, RotarySpec, alibi_slopes, attention_kwargs
+from keynorm_jax.positions.training_methods import (TRAINING_METHODS, TrainingMethod,
+                                                    knob_defaults, training_method)
+
+__all__ = ["INFERENCE_METHODS", "EvalColumn", "InferenceMethod", "inference_method",
+           "UnknownMethodError", "AttentionSpec", "RotarySpec", "alibi_slopes", "attention_kwargs",
+           "TRAINING_METHODS", "TrainingMethod", "knob_defaults", "training_method"]

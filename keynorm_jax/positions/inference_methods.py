@@ -1,0 +1,306 @@
+"""Inference-time position methods (the evaluator's columns; weights unchanged), one class each.
+
+A method's knobs left None take their default at the evaluated length (`at`). `skip_reason` says why
+a method does not apply to a model (e.g. a RoPE scaling on an ALiBi model); `apply` rewrites a
+layer's AttentionSpec.
+"""
+
+import dataclasses
+
+from keynorm_jax.positions.registry import Method, Registry, knob
+from keynorm_jax.positions.spec import AttentionSpec
+from keynorm_jax.positions.training_methods import ALiBi, TrainingMethod
+
+INFERENCE_METHODS = Registry("inference method")
+register = INFERENCE_METHODS.register
+
+
+def _check_factor(factor):
+  if factor is not None and not factor >= 1.0:
+    raise ValueError(f"factor must be >= 1 (or left unset for length / train_length), got "
+                     f"{factor}.")
+
+
+def _check_positive(name, value):
+  if value is not None and not value >= 1:
+    raise ValueError(f"{name} must be at least 1 (or left unset for its default), got {value}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceMethod(Method):
+  """Base: the model as trained (no change)."""
+
+  def at(self, length: int, train_length: int) -> "InferenceMethod":
+    """A copy with every knob resolved for a model trained at train_length, run at length."""
+    del length, train_length
+    return self
+
+  def skip_reason(self, method: TrainingMethod, num_heads: int) -> str | None:
+    del method, num_heads
+    return None
+
+  def apply(self, spec: AttentionSpec) -> AttentionSpec:
+    return spec
+
+  def knob_values(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class AsTrained(InferenceMethod):
+  name = "none"
+  summary = "the model as trained"
+  paper = "-"
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling(InferenceMethod):
+  """A change of RoPE frequencies (rope.rope_inv_freq's scaling of the same name)."""
+  factor: float | None = knob(None, "scaling factor s; default length / train_length")
+
+  def __post_init__(self):
+    _check_factor(self.factor)
+
+  def default_factor(self, length, train_length):
+    return max(1.0, length / train_length)
+
+  def at(self, length, train_length):
+    return dataclasses.replace(self, factor=self.factor or self.default_factor(length,
+                                                                               train_length))
+
+  def skip_reason(self, method, num_heads):
+    return None if method.rotary else f"{method.name} has no RoPE to scale"
+
+  def rotary_changes(self) -> dict:
+    return dict(scaling=self.name, factor=self.factor)
+
+  def apply(self, spec):
+    if spec.rotary is None:
+      return spec
+    return spec.replace(rotary=dataclasses.replace(spec.rotary, **self.rotary_changes()))
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class Linear(RopeScaling):
+  name = "linear"
+  summary = "positions divided by s (position interpolation)"
+  paper = "Chen et al. 2023, Extending Context Window via Positional Interpolation (arXiv 2306.15595)"
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class NTK(RopeScaling):
+  name = "ntk"
+  summary = "base times s^(d/(d-2))"
+  paper = "bloc97 2023, NTK-aware scaled RoPE (reddit r/LocalLLaMA)"
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class DynamicNTK(RopeScaling):
+  name = "dynamic_ntk"
+  summary = "NTK with the base of the current length (one base per window here)"
+  paper = "emozilla 2023, Dynamically scaled RoPE (HF transformers `dynamic`)"
+
+  def default_factor(self, length, train_length):
+    return 1.0  # the base already grows with the length, as in HF transformers
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class YaRN(RopeScaling):
+  name = "yarn"
+  summary = "ramped interpolation plus attention temperature"
+  paper = "Peng et al. 2023, YaRN (arXiv 2309.00071)"
+  beta_fast: float = knob(32.0, "YaRN beta_fast (rotations bounding the ramp from above)")
+  beta_slow: float = knob(1.0, "YaRN beta_slow (rotations bounding the ramp from below)")
+
+  def rotary_changes(self):
+    return dict(super().rotary_changes(), beta_fast=self.beta_fast, beta_slow=self.beta_slow)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class Llama3(RopeScaling):
+  name = "llama3"
+  summary = "wavelength-banded interpolation (Llama 3.1)"
+  paper = "Meta 2024, The Llama 3 Herd of Models (arXiv 2407.21783); HF rope_type='llama3'"
+  low_freq_factor: float = knob(1.0, "llama3 low_freq_factor")
+  high_freq_factor: float = knob(4.0, "llama3 high_freq_factor")
+
+  def rotary_changes(self):
+    return dict(super().rotary_changes(), low_freq_factor=self.low_freq_factor,
+                high_freq_factor=self.high_freq_factor)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class ReRoPE(InferenceMethod):
+  name = "rerope"
+  summary = "relative positions clipped at a window"
+  paper = "Su 2023, kexue.fm/archives/9708 (bojone/rerope)"
+  rerope_window: int | None = knob(None, "ReRoPE window w; default train_length / 2")
+
+  def __post_init__(self):
+    _check_positive("rerope_window", self.rerope_window)
+
+  def at(self, length, train_length):
+    return dataclasses.replace(self, rerope_window=self.rerope_window or train_length // 2)
+
+  def skip_reason(self, method, num_heads):
+    return None if method.rotary else f"{method.name} has no RoPE to clip"
+
+  def apply(self, spec):
+    if spec.rotary is None:
+      return spec
+    return spec.replace(rerope_window=self.rerope_window)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class LeakyReRoPE(InferenceMethod):
+  name = "leaky_rerope"
+  summary = "relative positions past a window compressed by k"
+  paper = "Su 2023, kexue.fm/archives/9708 (bojone/rerope)"
+  leaky_rerope_window: int | None = knob(None, "leaky ReRoPE window; default train_length / 4")
+  leaky_rerope_factor: float = knob(16.0, "leaky ReRoPE k: t -> w + (t - w) / k")
+
+  def __post_init__(self):
+    _check_positive("leaky_rerope_window", self.leaky_rerope_window)
+    _check_positive("leaky_rerope_factor", self.leaky_rerope_factor)
+
+  def at(self, length, train_length):
+    return dataclasses.replace(
+        self, leaky_rerope_window=self.leaky_rerope_window or train_length // 4)
+
+  def skip_reason(self, method, num_heads):
+    return None if method.rotary else f"{method.name} has no RoPE to clip"
+
+  def apply(self, spec):
+    if spec.rotary is None:
+      return spec
+    return spec.replace(rerope_window=self.leaky_rerope_window,
+                        leaky_rerope_factor=self.leaky_rerope_factor)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class Window(InferenceMethod):
+  name = "window"
+  summary = "sliding-window attention (keys with i - j < w)"
+  paper = "Su 2023, kexue.fm/archives/9431 (window attention with log n)"
+  window: int | None = knob(None, "attention window w (window, streaming); default train_length "
+                            "(streaming: train_length - sink_tokens)")
+
+  def __post_init__(self):
+    _check_positive("window", self.window)
+
+  def at(self, length, train_length):
+    return dataclasses.replace(self, window=self.window or train_length)
+
+  def apply(self, spec):
+    window = self.window if spec.window is None else min(spec.window, self.window)
+    return spec.replace(window=window)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class Streaming(InferenceMethod):
+  name = "streaming"
+  summary = "attention sinks: the first k tokens plus the last w, cache positions"
+  paper = "Xiao et al. 2023, Efficient Streaming Language Models with Attention Sinks (arXiv 2309.17453)"
+  window: int | None = knob(None, "")
+  sink_tokens: int = knob(4, "attention-sink tokens kept by streaming")
+
+  def __post_init__(self):
+    _check_positive("window", self.window)
+    if self.sink_tokens < 0:
+      raise ValueError(f"sink_tokens must be >= 0, got {self.sink_tokens}.")
+
+  def at(self, length, train_length):
+    return dataclasses.replace(self, window=self.window or max(1, train_length - self.sink_tokens))
+
+  def apply(self, spec):
+    window = self.window if spec.window is None else min(spec.window, self.window)
+    return spec.replace(window=window, sink_tokens=self.sink_tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class AlibiScaling(InferenceMethod):
+  factor: float | None = knob(None, "")
+
+  def __post_init__(self):
+    _check_factor(self.factor)
+
+  def at(self, length, train_length):
+    return dataclasses.replace(self, factor=self.factor or max(1.0, length / train_length))
+
+  def skip_reason(self, method, num_heads):
+    return None if isinstance(method, ALiBi) else f"{method.name} has no ALiBi slopes"
+
+  # Each subclass defines scaled(slopes) -> new slopes.
+
+  def apply(self, spec):
+    if spec.alibi_slopes is None:
+      return spec
+    return spec.replace(alibi_slopes=tuple(self.scaled(spec.alibi_slopes)))
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class AlibiInterpolate(AlibiScaling):
+  name = "alibi_interpolate"
+  summary = "ALiBi slopes divided by s"
+  paper = "Al-Khateeb et al. 2023, Position Interpolation Improves ALiBi Extrapolation (arXiv 2310.13017)"
+
+  def scaled(self, slopes):
+    return [m / self.factor for m in slopes]
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class NTKAlibi(AlibiScaling):
+  name = "ntk_alibi"
+  summary = "first head's slope kept, last head's divided by s, geometric between"
+  paper = "NTK-ALiBi (community method; see the README's table)"
+
+  def skip_reason(self, method, num_heads):
+    if num_heads < 2:
+      return "ntk_alibi keeps the first head and interpolates the last: it needs several heads"
+    return super().skip_reason(method, num_heads)
+
+  def scaled(self, slopes):
+    last = len(slopes) - 1
+    return [m / self.factor**(h / last) for h, m in enumerate(slopes)]
+
+
+def inference_method(name: str, **knobs) -> InferenceMethod:
+  """The method `name` with the knobs it has among `knobs` (others are ignored; None = default)."""
+  cls = INFERENCE_METHODS.get(name)
+  own = {f.name for f in dataclasses.fields(cls)}
+  return cls(**{k: v for k, v in knobs.items() if k in own and v is not None})
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalColumn:
+  """One column of the evaluator: an inference method, optionally with post-hoc log n."""
+  method: InferenceMethod = AsTrained()
+  posthoc_logn: bool = False
+
+  @property
+  def label(self) -> str:
+    """Short column name, e.g. 'yarn' or 'rerope+logn'."""
+    return self.method.name + ("+logn" if self.posthoc_logn else "")
+
+  def at(self, length: int, train_length: int) -> "EvalColumn":
+    return dataclasses.replace(self, method=self.method.at(length, train_length))
+
+  def apply(self, spec: AttentionSpec) -> AttentionSpec:
+    spec = self.method.apply(spec)
+    return spec.replace(posthoc_logn=True) if self.posthoc_logn else spec
+
+  def record(self) -> dict:
+    return {"method": self.method.name, **self.method.knob_values(),
+            "posthoc_logn": self.posthoc_logn}

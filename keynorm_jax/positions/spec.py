@@ -1,0 +1,108 @@
+"""What one attention layer needs from the position methods: an `AttentionSpec`.
+
+A training-time method gives each layer its spec; an inference-time method rewrites it (weights
+unchanged). `attention_kwargs` turns a spec into the keyword arguments of `attention.attend`.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+
+from keynorm_jax import rope
+
+
+@dataclasses.dataclass(frozen=True)
+class RotarySpec:
+  """RoPE of one layer: its base, frequency scaling, p-RoPE fraction and xPos decay."""
+  base: float = 10000.0
+  scaling: str = "none"            # one of rope.SCALINGS
+  factor: float = 1.0
+  beta_fast: float = 32.0
+  beta_slow: float = 1.0
+  low_freq_factor: float = 1.0
+  high_freq_factor: float = 4.0
+  fraction: float = 1.0            # p-RoPE: share of pairs rotated (the highest frequencies)
+  xpos_gamma: float | None = None  # xPos decay zeta_m = (2m/S + gamma) / (1 + gamma)
+  xpos_scale_base: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionSpec:
+  """Position settings of one attention layer.
+
+  Attributes:
+    rotary: RoPE settings, or None for no rotation (NoPE, absolute, bias methods).
+    rerope_window, leaky_rerope_factor: ReRoPE (needs rotary).
+    window: keep keys with 0 <= i - j < window.
+    sink_tokens: with window, also keep keys j < sink_tokens (StreamingLLM).
+    alibi_slopes: one slope per head; the bias -m (i - j) is added to the scores.
+    learned_bias: "kerple_log" or "fire": the layer owns a learnable bias of that kind.
+    logn: trained log n on (True), off (False) or as the model is configured (None).
+    posthoc_logn: inference-only max(1, log(i + 1) / log(L_train)) on the scores.
+  """
+  rotary: RotarySpec | None = None
+  rerope_window: int | None = None
+  leaky_rerope_factor: float | None = None
+  window: int | None = None
+  sink_tokens: int | None = None
+  alibi_slopes: tuple[float, ...] | None = None
+  learned_bias: str | None = None
+  logn: bool | None = None
+  posthoc_logn: bool = False
+
+  def replace(self, **changes) -> "AttentionSpec":
+    return dataclasses.replace(self, **changes)
+
+
+def rotary_inv_freq(rotary: RotarySpec, *, rotary_dim: int, train_length: int, seq_length: int):
+  """(inv_freq [rotary_dim // 2] float32, attention_factor) of a RotarySpec.
+
+  p-RoPE leaves the lowest frequencies (the last pairs) unrotated: their frequency is 0.
+  """
+  inv_freq, attention_factor = rope.rope_inv_freq(
+      rotary_dim, base=rotary.base, scaling=rotary.scaling, factor=rotary.factor,
+      train_length=train_length, seq_length=seq_length, beta_fast=rotary.beta_fast,
+      beta_slow=rotary.beta_slow, low_freq_factor=rotary.low_freq_factor,
+      high_freq_factor=rotary.high_freq_factor)
+  if rotary.fraction < 1.0:
+    inv_freq = inv_freq * np.asarray(rope.p_rope_mask(rotary_dim, rotary.fraction), np.float32)
+  return inv_freq, attention_factor
+
+
+def attention_kwargs(spec: AttentionSpec, *, rotary_dim: int, train_length: int,
+                     seq_length: int, logn_base: float | None) -> dict:
+  """Keyword arguments of attention.attend (besides q, k, v, variant, positions) for a spec.
+
+  logn_base: n0 of the model's trained log n (None when the model has none); a spec with
+  logn=True and a model without log n uses half the training length.
+  """
+  kwargs = {}
+  if spec.rotary is not None:
+    kwargs["inv_freq"], kwargs["attention_factor"] = rotary_inv_freq(
+        spec.rotary, rotary_dim=rotary_dim, train_length=train_length, seq_length=seq_length)
+    if spec.rotary.xpos_gamma is not None:
+      kwargs["xpos_gamma"] = spec.rotary.xpos_gamma
+      kwargs["xpos_scale_base"] = spec.rotary.xpos_scale_base
+  if spec.logn is True:
+    kwargs["logn_base"] = logn_base or train_length / 2
+  elif spec.logn is None:
+    kwargs["logn_base"] = logn_base
+  kwargs.update(
+      rerope_window=spec.rerope_window, leaky_rerope_factor=spec.leaky_rerope_factor,
+      window=spec.window, sink_tokens=spec.sink_tokens,
+      alibi_slope=None if spec.alibi_slopes is None else np.asarray(spec.alibi_slopes,
+                                                                    np.float32),
+      posthoc_logn_length=train_length if spec.posthoc_logn else None)
+  return kwargs
+
+
+def alibi_slopes(num_heads: int) -> tuple[float, ...]:
+  """ALiBi's head slopes (Press et al. 2022): 2^(-8h/H), h = 1..H, for H a power of two; else the
+  slopes of the nearest lower power of two followed by every other slope of the next one."""
+  def power_of_two(n):
+    return [2.0**(-8.0 * h / n) for h in range(1, n + 1)]
+  if num_heads & (num_heads - 1) == 0:
+    return tuple(power_of_two(num_heads))
+  lower = 2**math.floor(math.log2(num_heads))
+  return tuple(power_of_two(lower) + power_of_two(2 * lower)[0::2][:num_heads - lower])

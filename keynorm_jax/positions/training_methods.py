@@ -1,0 +1,227 @@
+"""Training-time position methods (the model's `position` setting), one class each.
+
+Each class says what every attention layer needs (`layer_spec`), whether the token embedding gets
+absolute positions (`absolute`), how long a sequence it can take (`max_length`), which positions a
+training sequence uses (`training_positions`), and which combinations it refuses (`refuse`).
+"""
+
+import dataclasses
+import typing
+
+import jax
+import jax.numpy as jnp
+
+from keynorm_jax.positions.registry import Method, Registry, knob
+from keynorm_jax.positions.spec import AttentionSpec, RotarySpec, alibi_slopes
+
+TRAINING_METHODS = Registry("position")
+register = TRAINING_METHODS.register
+
+# The default single-head ALiBi slope: the geometric mean of the 8-head set 1/2 .. 1/256.
+SINGLE_HEAD_ALIBI_SLOPE = 2.0**-4.5
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingMethod(Method):
+  """Base: no positions at all (NoPE)."""
+  rotary: typing.ClassVar[bool] = False        # RoPE-based: inference RoPE scalings apply
+  absolute: typing.ClassVar[str | None] = None  # "sinusoidal" / "learned" embedding
+  bias: typing.ClassVar[str | None] = None      # "alibi" / "kerple_log" / "fire"
+  random_positions: typing.ClassVar[bool] = False  # training_positions draws from an rng
+
+  def layer_spec(self, *, layer: int, num_layers: int, num_heads: int, rope_theta: float,
+                 train_length: int) -> AttentionSpec:
+    del layer, num_layers, num_heads, rope_theta, train_length
+    return AttentionSpec()
+
+  def max_length(self, train_length: int) -> int | None:
+    """Longest sequence the method can encode (None: any)."""
+    del train_length
+    return None
+
+  def training_positions(self, rng, batch: int, length: int, train_length: int):
+    """[B, T] positions of training sequences (random_positions methods only)."""
+    del rng, batch, length, train_length
+    return None
+
+  def refuse(self, *, attention: str, num_heads: int, logn: bool) -> str | None:
+    """Why this method cannot be combined with the rest of the model, or None."""
+    del attention, num_heads, logn
+    return None
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class NoPE(TrainingMethod):
+  name = "nope"
+  summary = "no positions (causal mask only)"
+  paper = "Kazemnejad et al. 2023, The Impact of Positional Encoding on Length Generalization"
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class Rope(TrainingMethod):
+  name = "rope"
+  summary = "rotary positions"
+  paper = "Su et al. 2021, RoFormer (arXiv 2104.09864)"
+  rotary = True
+
+  def rotary_spec(self, rope_theta: float) -> RotarySpec:
+    return RotarySpec(base=rope_theta)
+
+  def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
+    return AttentionSpec(rotary=self.rotary_spec(rope_theta))
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class ALiBi(TrainingMethod):
+  name = "alibi"
+  summary = "linear score bias -m (i - j)"
+  paper = "Press et al. 2022, Train Short, Test Long (arXiv 2108.12409)"
+  bias = "alibi"
+  slope: float | None = knob(None, "ALiBi slope of a single-head model; default 2^-4.5, the "
+                             "geometric mean of the 8-head slopes (several heads: 2^(-8h/H))")
+
+  def slopes(self, num_heads: int) -> tuple[float, ...]:
+    if num_heads == 1:
+      return (self.slope or SINGLE_HEAD_ALIBI_SLOPE,)
+    return alibi_slopes(num_heads)
+
+  def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
+    return AttentionSpec(alibi_slopes=self.slopes(num_heads))
+
+  def refuse(self, *, attention, num_heads, logn):
+    if self.slope and num_heads > 1:
+      return ("alibi_slope sets the slope of a single-head model; a multi-head model uses the "
+              "paper's slopes 2^(-8h/H): leave alibi_slope at 0")
+    return None
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class Sinusoidal(TrainingMethod):
+  name = "sinusoidal"
+  summary = "fixed sin/cos embedding added to the tokens"
+  paper = "Vaswani et al. 2017, Attention Is All You Need (arXiv 1706.03762)"
+  absolute = "sinusoidal"
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class Learned(TrainingMethod):
+  name = "learned"
+  summary = "learned embedding of train_length rows added to the tokens"
+  paper = "Gehring et al. 2017 / Radford et al. 2018 (GPT): learned absolute positions"
+  absolute = "learned"
+
+  def max_length(self, train_length):
+    return train_length
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class XPos(Rope):
+  name = "xpos"
+  summary = "RoPE with per-pair exponential decay"
+  paper = "Sun et al. 2022, A Length-Extrapolatable Transformer (arXiv 2212.10554)"
+  gamma: float = knob(0.4, "xPos gamma: zeta_m = (2m/S + gamma) / (1 + gamma)")
+  scale_base: float = knob(512.0, "xPos scale base: q scaled by zeta^(n/scale_base), k by "
+                           "zeta^(-m/scale_base)")
+
+  def rotary_spec(self, rope_theta):
+    return RotarySpec(base=rope_theta, xpos_gamma=self.gamma, xpos_scale_base=self.scale_base)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class KerpleLog(TrainingMethod):
+  name = "kerple_log"
+  summary = "learnable bias -r1 log(1 + r2 (i - j))"
+  paper = "Chi et al. 2022, KERPLE: Kernelized Relative Positional Embedding (arXiv 2205.09921)"
+  bias = "kerple_log"
+
+  def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
+    return AttentionSpec(learned_bias="kerple_log")
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class Fire(TrainingMethod):
+  name = "fire"
+  summary = "learnable bias f(psi(i - j) / psi(max(L, i)))"
+  paper = "Li et al. 2023, Functional Interpolation for Relative Positions (arXiv 2310.04418)"
+  bias = "fire"
+
+  def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
+    return AttentionSpec(learned_bias="fire")
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class RandomizedRope(Rope):
+  name = "randomized_rope"
+  summary = "RoPE at sorted random positions in training"
+  paper = "Ruoss et al. 2023, Randomized Positional Encodings (arXiv 2305.16843)"
+  random_positions = True
+  max_position: int | None = knob(None, "positions are drawn from [0, max_position); default "
+                                  "8 x train_length")
+
+  def training_positions(self, rng, batch, length, train_length):
+    limit = self.max_position or 8 * train_length
+    if limit < length:
+      raise ValueError(f"randomized_rope max_position {limit} is below the sequence length "
+                       f"{length}; raise --config.model.position_options.max_position.")
+    # A sorted sample without replacement: the indices of the `length` smallest of `limit`
+    # uniform keys, in increasing order.
+    keys = jax.random.uniform(rng, (batch, limit))
+    chosen = jax.lax.top_k(-keys, length)[1]
+    return jnp.sort(chosen, axis=-1)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class PRope(Rope):
+  name = "p_rope"
+  summary = "RoPE on the highest-frequency fraction p of the pairs"
+  paper = "Barbero et al. 2024, Round and Round We Go! (arXiv 2410.06205)"
+  fraction: float = knob(0.75, "share p of the pairs that rotate (the highest frequencies)")
+
+  def rotary_spec(self, rope_theta):
+    return RotarySpec(base=rope_theta, fraction=self.fraction)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class HWFA(Rope):
+  name = "hwfa"
+  summary = "RoPE window layers, then one full NoPE layer with log n"
+  paper = "Su 2023, kexue.fm/archives/9603 and 9731 (Hybrid Window-Full Attention)"
+  window: int | None = knob(None, "window of the RoPE layers; default Su's rule (w - 1)(L - 1) + 1 "
+                            "= 3/4 train_length for L layers (16-17 for his 24 layers at 512)")
+
+  def default_window(self, num_layers: int, train_length: int) -> int:
+    """The largest w with (w - 1)(L - 1) + 1 <= 3/4 train_length (kexue.fm 9603)."""
+    return max(1, int((0.75 * train_length - 1) // max(1, num_layers - 1)) + 1)
+
+  def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
+    if layer == num_layers - 1:
+      return AttentionSpec(logn=True)
+    return AttentionSpec(rotary=RotarySpec(base=rope_theta),
+                         window=self.window or self.default_window(num_layers, train_length))
+
+
+def training_method(name: str, options=None) -> TrainingMethod:
+  """The method `name` with its knobs from `options` (a mapping; 0 / None mean default)."""
+  options = {k: (v if v else None) for k, v in dict(options or {}).items()}
+  return TRAINING_METHODS.create(name, **options)
+
+
+def knob_defaults(name: str) -> dict:
+  """A method's knobs with their defaults, None written as 0 (the config's 'default' value)."""
+  def config_default(field):
+    if field.default is not None:
+      return field.default
+    return 0.0 if "float" in str(field.type) else 0
+  return {f.name: config_default(f) for f in dataclasses.fields(TRAINING_METHODS.get(name))}
+
