@@ -31,7 +31,10 @@ def run_diagnostics(run, *, lengths, tokens, num_windows: int = 4):
     return state["intermediates"]
 
   out = {}
+  limit = model_cfg.position_method.max_length(config.train_length)
   for length in sorted({config.train_length, *lengths}):
+    if limit is not None and length > limit:
+      continue  # past what the positions encode (a learned table): not applicable
     windows = eval_windows(tokens, kind="non_repeated", length=length, count=num_windows,
                            train_length=config.train_length)
     found = jax.device_get(intermediates(run.params, windows[:, :-1]))

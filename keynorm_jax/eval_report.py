@@ -10,7 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 CSV_FIELDS = ("run", "config", "step", "train_length", "length", "set", "rope_scaling", "accuracy",
-              "accuracy_stderr", "accuracy_beyond_train", "loss", "tokens", "windows")
+              "accuracy_stderr", "accuracy_beyond_train", "loss", "tokens", "windows",
+              "not_applicable")
 
 
 def _pct(x):
@@ -29,9 +30,19 @@ def markdown_table(records) -> str:
     cells = []
     for length, s in columns:
       r = by_key.get((run, scaling, length, s))
-      cells.append("" if r is None else f"{_pct(r['accuracy'])} ± {_pct(r['accuracy_stderr'])}")
+      cells.append(_cell(r))
     lines.append("| " + " | ".join([run, scaling] + cells) + " |")
-  return "\n".join(lines)
+  reasons = sorted({r["not_applicable"] for r in records if r.get("not_applicable")})
+  notes = [f"n/a: not applicable ({reason})." for reason in reasons]
+  return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def _cell(r) -> str:
+  if r is None:
+    return ""
+  if r.get("not_applicable"):
+    return "n/a"
+  return f"{_pct(r['accuracy'])} ± {_pct(r['accuracy_stderr'])}"
 
 
 def plot_accuracy_by_position(records, path) -> None:
@@ -42,7 +53,7 @@ def plot_accuracy_by_position(records, path) -> None:
   for ax, eval_set in zip(axes, sets):
     ax.set_prop_cycle(color=plt.cm.tab20.colors)  # more runs than the default 10 colours
     for r in records:
-      if r["length"] != longest or r["set"] != eval_set:
+      if r["length"] != longest or r["set"] != eval_set or r.get("not_applicable"):
         continue
       xs = [r["position_bucket"] * (i + 0.5) for i in range(len(r["accuracy_by_position"]))]
       style = "-" if r["rope_scaling"] == "none" else "--"

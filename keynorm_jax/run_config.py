@@ -176,7 +176,11 @@ def config_from_json_dict(saved: dict) -> ml_collections.ConfigDict:
   _put_repo_on_path()
   from configs import base  # pylint: disable=g-import-not-at-top
 
-  expected = base.get_config().to_dict()
+  position = saved.get("model", {}).get("position", "rope")
+  if position not in positions.TRAINING_METHODS.names():
+    raise ConfigError(f"The checkpoint's model uses position {position!r}, which this code does "
+                      f"not have. Evaluate it with the version of keynorm-jax that trained it.")
+  expected = base.get_config(position=position).to_dict()  # its knobs are the method's own
 
   def keys(d, prefix=""):
     out = set()

@@ -1,0 +1,44 @@
+"""Every training-time position method trains (tiny size, a few steps) and is evaluated with every
+inference-time method: applicable ones give finite accuracies, the others are skipped with a
+reason, and lengths past a learned table are reported as not applicable."""
+
+import math
+
+import pytest
+
+from keynorm_jax import positions, training
+from keynorm_jax.eval_command import make_columns
+from keynorm_jax.evaluation import evaluate_run
+from keynorm_jax.run_loading import load_run
+from train_helpers import tiny_config
+
+# One attention variant per method, alternating, so both Baseline and KNA meet every kind.
+CASES = [("kna" if i % 2 else "baseline") + "_" + name
+         for i, name in enumerate(positions.TRAINING_METHODS.names())]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("tfds"))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_trains_and_evaluates_with_every_applicable_method(name, data_dir, tmp_path):
+  config = tiny_config(name, data_dir=data_dir, train_length=16, num_train_steps=2,
+                       checkpoint_every_steps=2, eval_windows=2)
+  training.train_and_evaluate(config, tmp_path)
+  run = load_run(tmp_path)
+  columns = make_columns(positions.INFERENCE_METHODS.names(), posthoc_logn=False)
+  messages = []
+  records = evaluate_run(run, lengths=[32], columns=columns, num_windows=1,
+                         progress=messages.append, include_train_length=False)
+  method = positions.training_method(config.model.position)
+  expected = {c.label for c in columns if not c.method.skip_reason(method, 1)}
+  assert {r["rope_scaling"] for r in records} == expected
+  for label in {c.label for c in columns} - expected:
+    assert any(f"{label} skipped (" in m for m in messages), label
+  for r in records:
+    if method.max_length(16) == 16:
+      assert r["accuracy"] is None and "stop at 16 tokens" in r["not_applicable"]
+    else:
+      assert 0.0 <= r["accuracy"] <= 1.0 and math.isfinite(r["loss"]), r
