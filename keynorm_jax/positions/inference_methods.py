@@ -103,6 +103,8 @@ class DynamicNTK(RopeScaling):
   name = "dynamic_ntk"
   summary = "NTK with the base of the current length (one base per window here)"
   paper = "emozilla 2023, Dynamically scaled RoPE (HF transformers `dynamic`)"
+  factor: float | None = knob(None, "scaling factor s; default 1 (the base already grows with "
+                              "the length)")
 
   def default_factor(self, length, train_length):
     return 1.0  # the base already grows with the length, as in HF transformers
@@ -211,7 +213,7 @@ class Streaming(InferenceMethod):
   name = "streaming"
   summary = "attention sinks: the first k tokens plus the last w, cache positions"
   paper = "Xiao et al. 2023, Efficient Streaming Language Models with Attention Sinks (arXiv 2309.17453)"
-  window: int | None = knob(None, "")
+  window: int | None = knob(None, "recent window w; default train_length - sink_tokens")
   sink_tokens: int = knob(4, "attention-sink tokens kept by streaming")
 
   def __post_init__(self):
@@ -229,7 +231,7 @@ class Streaming(InferenceMethod):
 
 @dataclasses.dataclass(frozen=True)
 class AlibiScaling(InferenceMethod):
-  factor: float | None = knob(None, "")
+  factor: float | None = knob(None, "scaling factor s; default length / train_length")
 
   def __post_init__(self):
     _check_factor(self.factor)
@@ -264,7 +266,7 @@ class AlibiInterpolate(AlibiScaling):
 class NTKAlibi(AlibiScaling):
   name = "ntk_alibi"
   summary = "first head's slope kept, last head's divided by s, geometric between"
-  paper = "NTK-ALiBi (community method; see the README's table)"
+  paper = "keezen/ntk_alibi (GitHub, 2023): m_h / s^(h / (H - 1))"
 
   def skip_reason(self, method, num_heads):
     if num_heads < 2:

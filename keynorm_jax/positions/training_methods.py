@@ -197,8 +197,9 @@ class HWFA(Rope):
   name = "hwfa"
   summary = "RoPE window layers, then one full NoPE layer with log n"
   paper = "Su 2023, kexue.fm/archives/9603 and 9731 (Hybrid Window-Full Attention)"
-  window: int | None = knob(None, "window of the RoPE layers; default Su's rule (w - 1)(L - 1) + 1 "
-                            "= 3/4 train_length for L layers (16-17 for his 24 layers at 512)")
+  window: int | None = knob(None, "window w of the RoPE layers; default the largest w with "
+                            "(w - 1)(L - 1) + 1 <= 3/4 train_length for L layers (Su's rule: 17 "
+                            "for 24 layers at 512; he used 16)")
 
   def default_window(self, num_layers: int, train_length: int) -> int:
     """The largest w with (w - 1)(L - 1) + 1 <= 3/4 train_length (kexue.fm 9603)."""
