@@ -126,7 +126,7 @@ def test_causal():
   assert np.abs(a[:, 8:] - b[:, 8:]).max() > 1e-3
 
 
-@pytest.mark.parametrize("block", [4, 5, 12])
+@pytest.mark.parametrize("block", [4, 5, 7])
 def test_query_blocks_equal_full_attention(block):
   q, k, v = _inputs(8)
   inv = np.asarray(INV, np.float32)
