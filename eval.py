@@ -30,6 +30,10 @@ _KNOBS = {
 }
 _POSTHOC_LOGN = flags.DEFINE_bool("posthoc_logn", False, "Add, beside each method, a column "
                                   "with the post-hoc log n max(1, log(i+1)/log(train_length)).")
+_REPEAT_PERIOD = flags.DEFINE_integer(
+    "repeat_period", None, "Period of the repeated set: its windows tile their first P tokens "
+    "(default train_length, as in the seed's table; train_length / 4 puts the copy distance inside "
+    "the trained range).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 0, "Windows per batch; 0 = fit ~4 GiB.")
 _OUTPUT = flags.DEFINE_string("output", None, "Results folder; default <workdir>/eval.")
 _DIAGNOSTICS = flags.DEFINE_bool("diagnostics", False, "Also record key-norm spread and "
@@ -50,7 +54,8 @@ def main(argv):
   try:
     records, failures, _ = evaluate_workdir(
         _WORKDIR.value, lengths=lengths, columns=columns, num_windows=_NUM_WINDOWS.value,
-        batch_size=_BATCH_SIZE.value, output=_OUTPUT.value, diagnostics=_DIAGNOSTICS.value)
+        batch_size=_BATCH_SIZE.value, output=_OUTPUT.value, diagnostics=_DIAGNOSTICS.value,
+        repeat_period=_REPEAT_PERIOD.value)
   except (ValueError, RuntimeError) as e:
     sys.exit(f"error: {e}")
   if failures or not records:

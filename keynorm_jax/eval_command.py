@@ -29,7 +29,7 @@ def make_columns(names, *, posthoc_logn=False, **knobs):
 
 
 def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0, output=None,
-                     diagnostics=False, echo=print):
+                     diagnostics=False, echo=print, repeat_period=None):
   """Evaluates every run found under `workdir`; returns (records, failures, paths).
 
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
@@ -51,7 +51,7 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
       echo(f"[{index}/{len(runs)}] {run.name} (step {run.step}, trained at "
            f"{run.config.train_length})")
       records += evaluate_run(run, lengths=lengths, columns=columns, num_windows=num_windows,
-                              batch_size=batch_size, tokens=tokens,
+                              batch_size=batch_size, tokens=tokens, repeat_period=repeat_period,
                               progress=lambda what: echo(f"  evaluating {what}"))
       if diagnostics:
         found_diagnostics[run.name] = run_diagnostics(run, lengths=lengths, tokens=tokens)

@@ -6,8 +6,11 @@ evenly spaced, non-overlapping offsets 0, s, 2s, ... with s = (M - L - 1) // (N 
 every run and every process get the same windows.
 
 - non_repeated: the window as it is (natural text).
-- repeated: the first train_length tokens of the same window, tiled until they fill L + 1 tokens;
-  later copies can be predicted by copying, so this tests whether long-range attention still works.
+- repeated: the first P tokens of the same window (the period P: train_length by default, as in
+  the seed's table), tiled until they fill L + 1 tokens; later copies can be predicted by copying,
+  so this tests whether long-range attention still works. With P = train_length the copy distance
+  is exactly train_length, which no training sequence contains; a shorter P (e.g. train_length / 4)
+  puts the copy distance inside the trained range while the positions go far past it.
 """
 
 import numpy as np
@@ -33,15 +36,18 @@ def window_starts(num_tokens: int, length: int, count: int) -> np.ndarray:
   return np.arange(count, dtype=np.int64) * stride
 
 
-def eval_windows(tokens, *, kind: str, length: int, count: int, train_length: int) -> np.ndarray:
-  """int32 [count, length + 1] windows of the set `kind` ("repeated" or "non_repeated")."""
+def eval_windows(tokens, *, kind: str, length: int, count: int, train_length: int,
+                 period: int | None = None) -> np.ndarray:
+  """int32 [count, length + 1] windows of the set `kind` ("repeated" or "non_repeated");
+  `period` is the repeated set's tile (default train_length)."""
   if kind not in EVAL_SETS:
     raise ValueError(f"Unknown evaluation set {kind!r}; choose one of {', '.join(EVAL_SETS)}.")
   tokens = np.asarray(tokens, np.int32)
   starts = window_starts(len(tokens), length, count)
   if kind == "non_repeated":
     return np.stack([tokens[s:s + length + 1] for s in starts])
-  if train_length > length:
-    raise ValueError(f"The repeated set tiles a train_length ({train_length}) window; length "
-                     f"{length} must be at least that.")
-  return np.stack([np.resize(tokens[s:s + train_length], length + 1) for s in starts])
+  period = period or train_length
+  if not 1 <= period <= length:
+    raise ValueError(f"The repeated set tiles a window of {period} tokens (the period); length "
+                     f"{length} must be at least that, and the period at least 1.")
+  return np.stack([np.resize(tokens[s:s + period], length + 1) for s in starts])

@@ -68,21 +68,24 @@ def applicable_columns(model_cfg, columns):
   return kept, skipped
 
 
-def _record(run, length, eval_set, column, **fields):
+def _record(run, length, eval_set, column, period, **fields):
   config = run.config
+  run_period = (period or config.train_length) if eval_set == "repeated" else None
   return {"run": run.name, "config": config.name, "step": run.step,
           "train_length": config.train_length, "length": length, "set": eval_set,
-          "rope_scaling": column.label, "method": column.record(), **fields}
+          "rope_scaling": column.label, "method": column.record(),
+          "repeat_period": run_period, **fields}
 
 
 def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, batch_size: int = 0,
-                 tokens=None, progress=None, include_train_length=True):
+                 tokens=None, progress=None, include_train_length=True, repeat_period=None):
   """Result records (see eval.py) for one trained run.
 
   lengths: evaluation lengths; the training length is added first unless include_train_length
     is False.
   columns: positions.EvalColumn each (inference-time method, post-hoc log n or not).
   progress: optional callable(str) told what is being evaluated.
+  repeat_period: the repeated set's period (default train_length); recorded with each result.
   A length past what the model's positions encode (a learned table) gives records with accuracy
   None and a `not_applicable` reason, never a clamped result.
   """
@@ -103,13 +106,15 @@ def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, bat
   for length in sorted({*lengths, *([train_length] if include_train_length else [])}):
     if limit is not None and length > limit:
       reason = f"{config.model.position} positions stop at {limit} tokens"
-      records += [_record(run, length, s, c.at(length, train_length), accuracy=None,
+      records += [_record(run, length, s, c.at(length, train_length), repeat_period,
+                          accuracy=None,
                           not_applicable=reason) for c in columns for s in EVAL_SETS]
       if progress:
         progress(f"{run.name} L={length}: not applicable ({reason})")
       continue
     windows = {s: eval_windows(tokens, kind=s, length=length, count=num_windows,
-                               train_length=train_length) for s in EVAL_SETS}
+                               train_length=train_length, period=repeat_period)
+               for s in EVAL_SETS}
     size = batch_size or auto_batch_size(model_cfg, length, num_windows)
     for column in columns:
       resolved = column.at(length, train_length)
@@ -120,7 +125,7 @@ def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, bat
         started = time.perf_counter()
         correct, nll = score_windows(scorer, run.params, windows[eval_set], size)
         records.append(_record(
-            run, length, eval_set, resolved,
+            run, length, eval_set, resolved, repeat_period,
             **summarize(correct, nll, train_length=train_length, bucket=max(1, train_length // 8)),
             seconds=round(time.perf_counter() - started, 2)))
   return records

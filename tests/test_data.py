@@ -100,6 +100,12 @@ def test_eval_windows_repeated_really_repeats(kjv_dir):
   assert natural.shape == repeated.shape == (8, 4097)
   np.testing.assert_array_equal(repeated[:, 512:], repeated[:, :-512])
   np.testing.assert_array_equal(repeated[:, :512], natural[:, :512])
+  # A shorter period: the copy distance is 128, inside the trained range.
+  short = eval_windows(tokens, kind="repeated", length=4096, count=8, train_length=512,
+                       period=128)
+  np.testing.assert_array_equal(short[:, 128:], short[:, :-128])
+  np.testing.assert_array_equal(short[:, :128], natural[:, :128])
+  assert (short[:, 128:256] != natural[:, 128:256]).any()
   assert not np.array_equal(natural[:, 512:1024], natural[:, :512])
   starts = [int(np.flatnonzero(np.all(np.lib.stride_tricks.sliding_window_view(
       tokens, 4097) == w, axis=1))[0]) for w in natural[:2]]
