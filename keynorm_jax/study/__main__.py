@@ -1,0 +1,51 @@
+r"""The field study, run by run: `python -m keynorm_jax.study --scale=cpu`.
+
+Trains and evaluates every run of keynorm_jax/study/plan.py that has no record yet under
+results/field/ (skips the rest), writing each record as soon as its run is done, then rebuilds
+results/field/FIELD.md. Stop it any time; the next invocation continues. --runs limits it to some
+run keys (e.g. kna_alibi__seed0); --max_runs to a number of new runs.
+"""
+
+from absl import app, flags, logging
+
+from keynorm_jax.study import plan
+from keynorm_jax.study.records import RecordStore
+from keynorm_jax.study.report import write_report
+from keynorm_jax.study.runner import run_one
+
+_SCALE = flags.DEFINE_enum("scale", "cpu", list(plan.SCALES), "Study scale.")
+_RUNS = flags.DEFINE_list("runs", None, "Only these run keys (config__seedN).")
+_MAX_RUNS = flags.DEFINE_integer("max_runs", 0, "Stop after this many new runs (0: all).")
+_REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only rebuild the report from records.")
+_RUNS_DIR = flags.DEFINE_string("runs_dir", "runs/study", "Scratch folder for training runs.")
+_RESULTS = flags.DEFINE_string("results", None, "Records folder; default results/field[_<scale>].")
+_DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data dir (default: TFDS's).")
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  study = "field" if _SCALE.value == "cpu" else f"field_{_SCALE.value}"
+  store = RecordStore(study) if _RESULTS.value is None else RecordStore(
+      study, root=_RESULTS.value)
+  entries = plan.field_runs()
+  if _RUNS.value:
+    entries = [e for e in entries if e.key in _RUNS.value]
+  done = 0
+  for index, entry in enumerate(entries, 1):
+    if _REPORT_ONLY.value or (_MAX_RUNS.value and done >= _MAX_RUNS.value):
+      break
+    if store.find(entry.key, plan.plan_key(_SCALE.value)) is not None:
+      print(f"[{index}/{len(entries)}] {entry.key}: recorded, skipping", flush=True)
+      continue
+    print(f"[{index}/{len(entries)}] {entry.key}: training and evaluating", flush=True)
+    path = run_one(entry, scale=_SCALE.value, store=store, runs_dir=_RUNS_DIR.value,
+                   data_dir=_DATA_DIR.value)
+    print(f"  recorded {path}", flush=True)
+    done += 1
+  page = write_report(store.all(), store.directory)
+  print(f"Report: {page}")
+
+
+if __name__ == "__main__":
+  app.run(main)

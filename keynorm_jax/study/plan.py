@@ -1,0 +1,67 @@
+"""What the field study trains and evaluates (issue: KeyNorm against every extrapolation method).
+
+Runs, in the order they are worth having: the GAU field table (every training-time position method
+with Baseline and with KNA, plus QK-norm with RMSNorm and LayerNorm and SSMax), the Transformer rows,
+then three seeds of the runs whose differences matter. Each run is evaluated at 1x, 8x and 16x the
+training length on the non-repeated set and on the repeated set with period train_length / 4 (a
+copy distance inside the trained range), with "none" and the method's own inference-time options.
+"""
+
+import dataclasses
+
+from keynorm_jax import positions
+
+# Training and evaluation per scale (the cpu scale matches the seed-table reproduction's training).
+SCALES = {
+    "tiny": dict(train=dict(model_size="tiny", train_length=32, num_train_steps=30,
+                            checkpoint_every_steps=30, eval_windows=4),
+                 windows={1: 4, 8: 2, 16: 2}),
+    "cpu": dict(train=dict(model_size="cpu", train_length=512, num_train_steps=1000,
+                           checkpoint_every_steps=250),
+                windows={1: 16, 8: 16, 16: 8}),
+}
+LENGTH_MULTIPLES = (1, 8, 16)
+REPEAT_PERIOD_FRACTION = 4  # repeated period = train_length / 4
+
+ROTARY_OPTIONS = ("yarn", "rerope", "llama3", "window", "streaming")
+ALIBI_OPTIONS = ("alibi_interpolate", "ntk_alibi", "window", "streaming")
+OTHER_OPTIONS = ("window", "streaming")
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyRun:
+  config: str
+  seed: int = 0
+
+  @property
+  def key(self) -> str:
+    return f"{self.config}__seed{self.seed}"
+
+
+def field_runs() -> list[StudyRun]:
+  gau = [f"{a}_{p}" for p in positions.TRAINING_METHODS.names() for a in ("baseline", "kna")]
+  gau += ["qknorm_rope", "qkln_rope", "ssmax_rope", "cosa_logn_rope"]
+  transformer = [f"transformer_{a}" for a in (
+      "baseline_rope", "kna_rope", "cosa_logn_rope", "qknorm_rope", "baseline_alibi",
+      "kna_alibi", "baseline_nope", "kna_nope")]
+  seeds = [StudyRun(f"{prefix}{name}", seed) for seed in (1, 2)
+           for prefix in ("", "transformer_")
+           for name in ("baseline_rope", "kna_rope", "cosa_logn_rope", "baseline_alibi")]
+  return [StudyRun(c) for c in gau + transformer] + seeds
+
+
+def inference_options(position: str) -> tuple[str, ...]:
+  """The inference-time methods evaluated for a run with this position method (besides none)."""
+  method = positions.training_method(position)
+  if method.rotary:
+    return ROTARY_OPTIONS
+  if method.bias == "alibi":
+    return ALIBI_OPTIONS
+  return OTHER_OPTIONS
+
+
+def plan_key(scale: str) -> str:
+  """Identifies the evaluation plan; a record made under another plan is redone."""
+  return (f"{scale}:lengths={'x'.join(map(str, LENGTH_MULTIPLES))}:"
+          f"period=1/{REPEAT_PERIOD_FRACTION}:windows={SCALES[scale]['windows']}:"
+          f"rotary={','.join(ROTARY_OPTIONS)}:alibi={','.join(ALIBI_OPTIONS)}")

@@ -1,0 +1,63 @@
+"""Trains one study run in a scratch folder, evaluates it by the plan, and writes its record."""
+
+import pathlib
+import shutil
+import time
+
+from keynorm_jax import run_config
+from keynorm_jax.diagnostics import run_diagnostics
+from keynorm_jax.eval_command import make_columns
+from keynorm_jax.evaluation import evaluate_run, held_out_tokens
+from keynorm_jax.metrics_writer import read_metrics
+from keynorm_jax.run_loading import load_run
+from keynorm_jax.study import plan
+from keynorm_jax.study.provenance import provenance
+from keynorm_jax.study.records import RecordStore
+from keynorm_jax.training import train_and_evaluate
+
+
+def study_config(entry: plan.StudyRun, scale: str, data_dir: str = ""):
+  config = run_config.load_config(entry.config)
+  config.update(plan.SCALES[scale]["train"])
+  config.seed = entry.seed
+  config.data.data_dir = data_dir
+  return run_config.resolve(config)
+
+
+def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, data_dir="",
+            echo=print, keep_run=False) -> pathlib.Path:
+  """Trains (or resumes) and evaluates `entry`, then saves its record; returns the record's path."""
+  config = study_config(entry, scale, data_dir)
+  workdir = pathlib.Path(runs_dir) / entry.key
+  started = time.time()
+  train_and_evaluate(config, workdir)
+  train_seconds = round(time.time() - started, 1)
+  run = load_run(workdir)
+  tokens = held_out_tokens(run.config)
+  train_length = config.train_length
+  columns = make_columns(["none", *plan.inference_options(config.model.position)])
+  progress = lambda what: echo(f"  evaluating {what}")
+  records = []
+  for multiple, windows in plan.SCALES[scale]["windows"].items():
+    records += evaluate_run(run, lengths=[multiple * train_length], columns=columns,
+                            num_windows=windows, tokens=tokens, progress=progress,
+                            include_train_length=False,
+                            repeat_period=train_length // plan.REPEAT_PERIOD_FRACTION)
+  diagnostics = run_diagnostics(run, lengths=[8 * train_length], tokens=tokens)
+  metrics = read_metrics(workdir)
+  record = {
+      "study": store.directory.name, "key": entry.key, "config_name": entry.config,
+      "seed": entry.seed, "scale": scale, "plan_key": plan.plan_key(scale),
+      "architecture": config.model.architecture, "checkpoint_step": run.step,
+      "train": {"steps": config.num_train_steps, "seconds": train_seconds,
+                "final_loss": metrics[-1]["loss"] if metrics else None,
+                "final_eval_accuracy": next((m["eval_accuracy"] for m in reversed(metrics)
+                                             if "eval_accuracy" in m), None)},
+      "eval_seconds": round(time.time() - started - train_seconds, 1),
+      "config": config.to_dict(), "provenance": provenance(),
+      "records": records, "diagnostics": diagnostics,
+  }
+  path = store.save(entry.key, record)
+  if not keep_run:
+    shutil.rmtree(workdir, ignore_errors=True)
+  return path

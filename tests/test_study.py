@@ -1,0 +1,48 @@
+"""The field study's harness: one tiny run end to end (record, skip, report), and the report's
+derived figures checked on records whose answers are worked out by hand."""
+
+import json
+
+import pytest
+
+from keynorm_jax.study import plan
+from keynorm_jax.study.records import RecordStore
+from keynorm_jax.study.report import copy_accuracies, within_window_retention, write_report
+from keynorm_jax.study.runner import run_one
+
+
+def test_within_window_retention_by_hand():
+  # 512 trained, buckets of 64: 8 buckets inside at 0.5, 8 beyond at 0.4 -> 0.8.
+  r = {"accuracy": 0.45, "position_bucket": 64, "accuracy_by_position": [0.5] * 8 + [0.4] * 8}
+  assert within_window_retention(r, 512) == pytest.approx(0.8)
+  assert within_window_retention({"accuracy": None}, 512) is None
+
+
+def test_copy_accuracies_by_hand():
+  # Period 128, buckets of 64: buckets 0-1 are the first copy, 2-7 later copies inside 512.
+  buckets = [0.1, 0.3] + [0.6, 0.8, 0.6, 0.8, 0.6, 0.8] + [0.5, 0.7]
+  r = {"accuracy": 0.5, "position_bucket": 64, "accuracy_by_position": buckets,
+       "repeat_period": 128}
+  first, inside, beyond = copy_accuracies(r, 512)
+  assert (first, inside, beyond) == pytest.approx((0.2, 0.7, 0.6))
+
+
+def test_a_tiny_study_run_is_recorded_skipped_and_reported(tmp_path):
+  store = RecordStore("field_tiny", root=tmp_path / "results")
+  entry = plan.StudyRun("kna_alibi")
+  path = run_one(entry, scale="tiny", store=store, runs_dir=tmp_path / "runs",
+                 data_dir=str(tmp_path / "tfds"))
+  record = json.loads(path.read_text())
+  assert record["plan_key"] == plan.plan_key("tiny")
+  assert store.find(entry.key, plan.plan_key("tiny")) is not None      # the study skips it
+  assert store.find(entry.key, "another plan") is None                 # ...unless the plan changed
+  assert record["provenance"]["code_version"] and record["checkpoint_step"] == 30
+  lengths = {r["length"] for r in record["records"]}
+  assert lengths == {32, 256, 512}
+  methods = {r["rope_scaling"] for r in record["records"]}
+  assert methods == {"none", "alibi_interpolate", "window", "streaming"}  # ntk_alibi: one head
+  assert all(r["repeat_period"] == 8 for r in record["records"] if r["set"] == "repeated")
+  assert not (tmp_path / "runs" / entry.key).exists()                    # scratch run removed
+  page = write_report(store.all(), store.directory)
+  text = page.read_text()
+  assert "| `kna_alibi` |" in text and (store.directory / "by_position_gau.png").exists()
