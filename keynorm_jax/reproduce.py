@@ -20,6 +20,7 @@ from keynorm_jax.evaluation import evaluate_run, held_out_tokens
 from keynorm_jax.reproduce_report import write_page
 from keynorm_jax.run_loading import load_run
 from keynorm_jax.seed_results import EXTRA_VARIANTS, NO_SCALING
+from keynorm_jax.study.provenance import code_version
 from keynorm_jax.training import train_and_evaluate
 
 VARIANTS = list(NO_SCALING) + list(EXTRA_VARIANTS)
@@ -68,14 +69,16 @@ def _add_seconds(path, seconds) -> float:
 
 
 def _evaluate(workdir, plan, long_lengths):
-  """Per-run results (cached in <workdir>/reproduce_eval.json, keyed by the evaluation plan)."""
+  """Per-run results, cached in <workdir>/reproduce_eval.json and keyed by the evaluation plan, the
+  checkpoint step and the code version, so a retrained run or a code change never reuses them."""
   cache = workdir / "reproduce_eval.json"
-  key = json.dumps({**plan, "long": long_lengths}, sort_keys=True)
+  run = load_run(workdir)
+  key = json.dumps({**plan, "long": long_lengths, "step": run.step,
+                    "code_version": code_version()}, sort_keys=True)
   if cache.exists():
     found = json.loads(cache.read_text())
     if found.get("plan") == key:
       return found
-  run = load_run(workdir)
   tokens = held_out_tokens(run.config)
   progress = lambda what: print(f"  evaluating {what}", flush=True)
   records = evaluate_run(run, lengths=[plan["length"]],
