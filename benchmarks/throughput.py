@@ -21,7 +21,7 @@ from keynorm_jax.optimizer import make_optimizer
 from keynorm_jax.scoring import make_scorer, score_windows
 from keynorm_jax.training import init_state, make_train_step
 
-_SIZE = flags.DEFINE_enum("model_size", "cpu", list(run_config.MODEL_SIZES), "Model size.")
+_SIZE = flags.DEFINE_enum("model_size", "cpu", list(run_config.MODEL_SIZES["gau"]), "Model size.")
 _CONFIG = flags.DEFINE_string("config", "kna_rope", "Config name.")
 _STEPS = flags.DEFINE_integer("steps", 20, "Timed training steps (after one warm-up step).")
 _LENGTHS = flags.DEFINE_list("lengths", ["512", "4096", "16384"], "Evaluation lengths.")

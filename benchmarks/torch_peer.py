@@ -1,0 +1,91 @@
+r"""Our training step against the same model in PyTorch, side by side: `python benchmarks/torch_peer.py`.
+
+Needs `pip install -r benchmarks/requirements.txt` (torch, CPU build). For each config (GAU and
+Transformer, `cpu` size, 8 x 512, float32) it alternates, in one process and with the same thread
+count: our jitted JAX step, the PyTorch step eagerly, and the PyTorch step under torch.compile; it
+prints the best seconds per step of each, tokens/s and the ratio. Nothing is asserted.
+"""
+
+import os
+import pathlib
+import sys
+import time
+
+from absl import app, flags
+import jax
+import numpy as np
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from benchmarks import torch_models  # pylint: disable=wrong-import-position
+from keynorm_jax import run_config  # pylint: disable=wrong-import-position
+from keynorm_jax.optimizer import make_optimizer  # pylint: disable=wrong-import-position
+from keynorm_jax.training import init_state, make_train_step  # pylint: disable=wrong-import-position
+
+_CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")
+_SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")
+_STEPS = flags.DEFINE_integer("steps", 5, "Steps per timed round.")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds (the best of each is reported).")
+_COMPILE = flags.DEFINE_bool("compile", True, "Also time torch.compile.")
+
+
+def _timed(run, steps):
+  start = time.perf_counter()
+  for _ in range(steps):
+    run()
+  return (time.perf_counter() - start) / steps
+
+
+def compare(name, size, steps, rounds, with_compile):
+  config = run_config.load_config(name)
+  config.model_size = size
+  config = run_config.resolve(config)
+  cfg = run_config.model_config(config)
+  batch = np.random.default_rng(0).integers(
+      0, 256, size=(config.batch_size, config.train_length + 1), dtype=np.int32)
+
+  model, tx = run_config.build_model(config), make_optimizer(config)
+  holder = {"state": init_state(model, tx, 0, config.train_length)}
+  jax_step = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1)), donate_argnums=0)
+
+  def run_jax():
+    holder["state"], metrics = jax_step(holder["state"], batch)
+    jax.block_until_ready(metrics)
+
+  torch_batch = torch.from_numpy(batch.astype(np.int64))
+  runners = {"jax": run_jax}
+  eager = torch_models.make_train_step(torch_models.LM(cfg, config.train_length))
+  runners["torch eager"] = lambda: eager(torch_batch)
+  if with_compile:
+    compiled_model = torch.compile(torch_models.LM(cfg, config.train_length))
+    compiled = torch_models.make_train_step(compiled_model)
+    runners["torch.compile"] = lambda: compiled(torch_batch)
+  for run in runners.values():  # warm-up and compile
+    run()
+    run()
+  best = {k: float("inf") for k in runners}
+  for _ in range(rounds):
+    for key, run in runners.items():
+      best[key] = min(best[key], _timed(run, steps))
+  tokens = config.batch_size * config.train_length
+  peer = min(v for k, v in best.items() if k != "jax")
+  for key, seconds in best.items():
+    print(f"| {name} | {key} | {seconds:.3f} | {tokens / seconds:,.0f} | "
+          f"{peer / seconds if key == 'jax' else best['jax'] / seconds:.2f} |", flush=True)
+
+
+def main(argv):
+  del argv
+  threads = os.cpu_count()
+  torch.set_num_threads(threads)
+  print(f"jax {jax.__version__}, torch {torch.__version__}, {threads} threads for both; "
+        f"{jax.devices()[0].device_kind}")
+  print("| config | implementation | s/step | tokens/s | speed vs (jax: best peer; peer: jax) |")
+  print("|---|---|---|---|---|")
+  for name in _CONFIGS.value:
+    compare(name, _SIZE.value, _STEPS.value, _ROUNDS.value, _COMPILE.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

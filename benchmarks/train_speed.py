@@ -1,0 +1,89 @@
+r"""Training speed and MFU on this machine: `python benchmarks/train_speed.py`.
+
+For each architecture at the `cpu` size (8 x 512, float32; --dtypes=float32,bfloat16 adds bf16):
+seconds per jitted training step, tokens/s, the step's FLOPs (counted analytically, see
+benchmarks/flops.py) and MFU = achieved FLOP/s over this machine's matmul peak, measured here
+through XLA (an n x n float32 matmul, best of several). Figures printed; nothing is asserted.
+"""
+
+import pathlib
+import sys
+import time
+
+from absl import app, flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from benchmarks.flops import train_step_flops  # pylint: disable=wrong-import-position
+from keynorm_jax import run_config  # pylint: disable=wrong-import-position
+from keynorm_jax.optimizer import make_optimizer  # pylint: disable=wrong-import-position
+from keynorm_jax.training import init_state, make_train_step  # pylint: disable=wrong-import-position
+
+_CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")
+_SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")
+_DTYPES = flags.DEFINE_list("dtypes", ["float32"], "compute dtypes to time.")
+_STEPS = flags.DEFINE_integer("steps", 10, "Timed steps per repeat.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Repeats (the best is reported).")
+_PEAK_N = flags.DEFINE_integer("peak_n", 2048, "Matrix size of the peak measurement.")
+
+
+def matmul_peak(n: int, dtype=jnp.float32, repeats: int = 5) -> float:
+  """Best FLOP/s of an n x n x n matmul through XLA on the default device."""
+  a = jnp.asarray(np.random.default_rng(0).normal(size=(n, n)), dtype)
+  f = jax.jit(lambda x: x @ x)
+  f(a).block_until_ready()
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    f(a).block_until_ready()
+    best = min(best, time.perf_counter() - start)
+  return 2 * n**3 / best
+
+
+def time_train_step(config_name: str, size: str, dtype: str, steps: int, repeats: int):
+  """(seconds per step, model config, batch, length) of the real jitted step on random tokens."""
+  config = run_config.load_config(config_name)
+  config.model_size = size
+  config.model.compute_dtype = dtype
+  config = run_config.resolve(config)
+  model, tx = run_config.build_model(config), make_optimizer(config)
+  state = init_state(model, tx, 0, config.train_length)
+  step = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1)), donate_argnums=0)
+  batch = np.random.default_rng(0).integers(
+      0, 256, size=(config.batch_size, config.train_length + 1), dtype=np.int32)
+  state, metrics = step(state, batch)
+  jax.block_until_ready(metrics)
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    for _ in range(steps):
+      state, metrics = step(state, batch)
+    jax.block_until_ready(metrics)
+    best = min(best, (time.perf_counter() - start) / steps)
+  return best, run_config.model_config(config), config.batch_size, config.train_length
+
+
+def main(argv):
+  del argv
+  peak = matmul_peak(_PEAK_N.value)
+  print(f"device: {jax.devices()[0].device_kind} x {jax.device_count()}, jax {jax.__version__}")
+  print(f"float32 matmul peak through XLA (n={_PEAK_N.value}): {peak / 1e9:.0f} GFLOP/s")
+  print("| config | dtype | s/step | tokens/s | GFLOP/step (dense + attention) | GFLOP/s | MFU |")
+  print("|---|---|---|---|---|---|---|")
+  for name in _CONFIGS.value:
+    for dtype in _DTYPES.value:
+      seconds, cfg, batch, length = time_train_step(name, _SIZE.value, dtype, _STEPS.value,
+                                                    _REPEATS.value)
+      flops = train_step_flops(cfg, batch, length)
+      achieved = flops["total"] / seconds
+      print(f"| {name} | {dtype} | {seconds:.3f} | {batch * length / seconds:,.0f} | "
+            f"{flops['total'] / 1e9:.1f} ({flops['dense'] / 1e9:.1f} + "
+            f"{flops['attention'] / 1e9:.1f}) | {achieved / 1e9:.0f} | {achieved / peak:.1%} |",
+            flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)
