@@ -9,7 +9,7 @@ import sys
 
 from absl import app, flags, logging
 
-from keynorm_jax.eval_command import check_scaling_names, evaluate_workdir
+from keynorm_jax.eval_command import check_eval_options, check_scaling_names, evaluate_workdir
 from keynorm_jax.evaluation import ScalingRequest
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs", "A run's folder, or a folder of runs.")
@@ -42,6 +42,7 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
   try:
     check_scaling_names(_SCALINGS.value)
+    check_eval_options(factor=_FACTOR.value, batch_size=_BATCH_SIZE.value)
     lengths = [int(x) for x in _LENGTHS.value] if _LENGTHS.value else [_LENGTH.value]
   except ValueError as e:
     sys.exit(f"error: {e}")

@@ -24,6 +24,16 @@ def check_scaling_names(names):
                      f"{', '.join(INFERENCE_SCALINGS)} (comma-separated).")
 
 
+def check_eval_options(*, factor=None, batch_size=0):
+  """ValueError for a --factor or --batch_size that cannot be meant."""
+  if factor is not None and not factor >= 1:
+    raise ValueError(f"--factor must be at least 1 (or left unset for the default, length / "
+                     f"train_length), got {factor:g}.")
+  if batch_size < 0:
+    raise ValueError(f"--batch_size must be at least 1 (or 0 to size batches to about 4 GiB), "
+                     f"got {batch_size}.")
+
+
 def evaluate_workdir(workdir, *, lengths, requests, num_windows=16, batch_size=0, output=None,
                      diagnostics=False, echo=print):
   """Evaluates every run found under `workdir`; returns (records, failures, paths).
@@ -31,6 +41,7 @@ def evaluate_workdir(workdir, *, lengths, requests, num_windows=16, batch_size=0
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
   stop the others.
   """
+  check_eval_options(batch_size=batch_size)  # (a request's factor is checked when it is made)
   workdir = pathlib.Path(workdir)
   runs = find_runs(workdir)
   output = pathlib.Path(output) if output else workdir / "eval"

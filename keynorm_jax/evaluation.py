@@ -30,6 +30,10 @@ class ScalingRequest:
   leaky_rerope_factor: float = 16.0
   posthoc_logn: bool = False
 
+  def __post_init__(self):
+    if self.factor is not None and not self.factor >= 1:
+      raise ValueError(f"factor must be at least 1 (or None for the default), got {self.factor}.")
+
   def at(self, length: int, train_length: int) -> InferenceScaling:
     """The concrete scaling for a run trained at train_length, evaluated at length."""
     default_factor = 1.0 if self.rope_scaling == "dynamic_ntk" else max(1.0, length / train_length)
