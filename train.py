@@ -9,8 +9,10 @@ Launched as one process of several (Cloud TPU pods, SLURM, or JAX_COORDINATOR_AD
 JAX_NUM_PROCESSES / JAX_PROCESS_ID set), pass --multihost to join JAX's multi-host runtime.
 """
 
+import errno
 import logging as python_logging
 import sys
+import threading
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -32,6 +34,17 @@ class _NoOrbaxTracebacks(python_logging.Filter):
 
   def filter(self, record):
     return not (record.exc_info and "/orbax/" in record.pathname)
+
+
+def _quiet_full_disk_in_threads(default_hook):
+  """A background writer (TensorBoard's) that dies of a full disk prints no traceback: the run
+  meets the same full disk on its next write and reports it in one line."""
+
+  def hook(args):
+    if not (isinstance(args.exc_value, OSError) and args.exc_value.errno == errno.ENOSPC):
+      default_hook(args)
+
+  return hook
 
 
 def expand_config_name(argv):
@@ -58,6 +71,7 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
   logging.get_absl_handler().addFilter(_NoOrbaxTracebacks())
+  threading.excepthook = _quiet_full_disk_in_threads(threading.excepthook)
   if _MULTIHOST.value:
     from keynorm_jax import sharding  # pylint: disable=g-import-not-at-top
     sharding.maybe_initialize_distributed()

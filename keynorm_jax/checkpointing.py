@@ -50,7 +50,7 @@ class Restored:
 
 def _first_line(error: BaseException) -> str:
   text = str(error).strip()
-  return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+  return f"{type(error).__name__}: {text.splitlines()[0].rstrip('.') if text else ''}"
 
 
 def _check_finite(state) -> None:
@@ -169,15 +169,18 @@ class RunCheckpoints:
         self._set_aside(step, reason)
         continue
       if verify and state_args is not None and not restored.verified:
-        self.warn(f"Note: checkpoint {step} has no checksum manifest (saved by an older version, "
-                  f"or the run stopped right after saving it); restored it unverified.")
+        self.warn(f"Note: checkpoint {step} has no checksum manifest yet (saved by an older "
+                  f"version, just saved by a run still going, or by one stopped right after "
+                  f"saving it); restored it unverified.")
         if not self.read_only and jax.process_index() == 0:
           checksums.write_manifest(self.directory / str(step))
       return restored
     if errors:
       where = (f"; they were moved to {self.corrupt_directory}" if not self.read_only else "")
+      fix = ("Retrain in a fresh --workdir, or delete that folder to start this run over"
+             if not self.read_only else "Retrain it, or evaluate another run")
       raise CheckpointError(f"None of the checkpoints in {self.directory} could be restored "
-                            f"({'; '.join(errors)}){where}.")
+                            f"({'; '.join(errors)}){where}. {fix}.")
     return None
 
   def _vanished(self, step: int) -> bool:
@@ -202,15 +205,26 @@ class RunCheckpoints:
   # ---- writing ----
 
   def open_for_saving(self, *, max_to_keep: int) -> None:
-    """Creates the checkpoints folder (and removes saves that were cut off midway)."""
+    """Creates the checkpoints folder and removes saves that were cut off midway (killed, or
+    a full disk), which Orbax never lists, to give their space back. Only the one process that
+    holds the workdir's lock writes here, so none of them can be a save in progress."""
+    if jax.process_index() == 0 and self.directory.is_dir():
+      for partial in self.directory.glob("*.orbax-checkpoint-tmp*"):
+        shutil.rmtree(partial, ignore_errors=True)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices("keynorm_jax partial checkpoints removed")
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
-                                           cleanup_tmp_directories=True,
                                            enable_async_checkpointing=True)
     self._manager = ocp.CheckpointManager(self.directory, item_names=ITEMS, options=options)
 
   def save(self, step: int, state, data_state: dict, config_dict: dict, history: dict) -> None:
-    """Starts saving `step` in the background (the previous save is finished first)."""
+    """Starts saving `step` in the background (the previous save is finished first).
+
+    A save is not started when the disk has less room than the last checkpoint took: the run
+    stops with DiskError before a write fails midway.
+    """
     self.wait()
+    self._check_room(step)
     self._saving = step
     try:
       self._manager.save(step, args=ocp.args.Composite(
@@ -219,6 +233,20 @@ class RunCheckpoints:
     except Exception as e:  # pylint: disable=broad-except
       self._raise_save_error(e)
     self._pending = step
+
+  def _check_room(self, step: int) -> None:
+    steps = self.steps()
+    if not steps:
+      return
+    needed = sum(p.stat().st_size for p in (self.directory / str(steps[-1])).rglob("*")
+                 if p.is_file())
+    free = shutil.disk_usage(self.directory).free
+    if free < needed:
+      raise disk.DiskError(
+          f"The disk is full: {free / 2**20:.1f} MiB are free under {self.directory}, less than "
+          f"checkpoint {step} needs (about {needed / 2**20:.1f} MiB), so it was not saved; the "
+          f"previous checkpoint (step {steps[-1]}) is intact. Free some space (or lower "
+          f"--config.max_checkpoints_to_keep) and run the same command again to resume.")
 
   def poll(self) -> None:
     """Lists a finished save in its checksum manifest (cheap to call after every step)."""

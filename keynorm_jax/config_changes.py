@@ -70,25 +70,19 @@ def resume_changes(saved_config: dict, saved_history, user_config: dict, resolve
   if not effective:
     return {}
   required = effective
-  if saved_history is not None:
-    set_before, set_after = flatten(saved_history["user_config"]), flatten(user_config)
-    named = {k for k in _differing(set_before, set_after) if k in effective}
-    required = named or effective  # derived fields follow the fields the user changed
-    before_shown = {**before, **{k: set_before.get(k) for k in named}}
-    after_shown = {**after, **{k: set_after.get(k) for k in named}}
-  else:
-    before_shown, after_shown = before, after
+  if saved_history is not None:  # name the fields the user changed, not those derived from them
+    named = _differing(flatten(saved_history["user_config"]), flatten(user_config)) & effective
+    required = named or effective
   refused = required - set(OPTIMIZER_CHANGES)
   if refused:
     raise ConfigError(
-        f"{workdir} holds a run with a different config: "
-        f"{_describe(refused, before_shown, after_shown)}. Resume it with its own config, or "
-        f"pass another --workdir.")
+        f"{workdir} holds a run with a different config: {_describe(refused, before, after)}. "
+        f"Resume it with its own config, or pass another --workdir.")
   missing = required - set(allowed)
   if missing:
     raise ConfigError(
         f"{workdir} holds this run with other optimizer settings: "
-        f"{_describe(missing, before_shown, after_shown)}. To continue it with the new ones, add "
+        f"{_describe(missing, before, after)}. To continue it with the new ones, add "
         f"--allow_config_change={','.join(sorted(required))} (the change is recorded); to keep "
         f"the old ones, resume with the same values.")
   return {k: [before.get(k), after.get(k)] for k in sorted(effective)}

@@ -35,6 +35,8 @@ def ensure_writable(folder, *, what: str, fix: str) -> pathlib.Path:
     _probe(folder)
   except OSError as e:
     reason = e.strerror or type(e).__name__
+    if is_disk_full(e):
+      fix = f"free some space there, or {fix}"
     raise DiskError(f"Cannot write to {what} {folder} ({reason}); {fix}.") from None
   return folder
 

@@ -70,7 +70,31 @@ class MetricsWriter:
     for key, value in scalars.items():
       self.tensorboard.add_scalar(key, float(value), int(step))
 
-  def close(self) -> None:
-    if self.enabled:
-      self._file.close()
+  def close(self, *, check: bool = True) -> None:
+    """Closes both files; a failure (e.g. a full disk) is raised only if check is True (the run is
+    not already ending with another error)."""
+    if not self.enabled:
+      return
+    try:
+      try:
+        self._file.close()
+      finally:
+        self._close_tensorboard()
+    except OSError:
+      if check:
+        raise
+
+  def _close_tensorboard(self) -> None:
+    try:
       self.tensorboard.close()
+    except OSError:
+      # Its final flush failed (a full disk): stop its writer thread and mark it closed, or its
+      # exit hook tries again and prints tracebacks after the run's one-line error.
+      for writer in self.tensorboard.all_writers.values():
+        events = writer.event_writer
+        events._closed = True  # pylint: disable=protected-access
+        try:
+          events._worker.stop()  # pylint: disable=protected-access
+        except Exception:  # pylint: disable=broad-except
+          pass
+      raise

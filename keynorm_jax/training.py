@@ -249,7 +249,7 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
     finished = True
   finally:
     progress.close()
-    writer.close()
+    writer.close(check=finished)
     checkpoints.close(check=finished)
   logging.info("Finished at step %d: %s", int(state["step"]), logged)
   return logged
