@@ -10,7 +10,7 @@ import sys
 
 from absl import app, flags, logging
 
-from keynorm_jax.eval_command import evaluate_workdir, make_columns
+from keynorm_jax.eval_command import check_eval_options, evaluate_workdir, make_columns
 from keynorm_jax.positions import INFERENCE_METHODS
 from keynorm_jax.positions.registry import knob_help
 
@@ -46,6 +46,7 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
   try:
+    check_eval_options(factor=_KNOBS["factor"].value, batch_size=_BATCH_SIZE.value)
     lengths = [int(x) for x in _LENGTHS.value] if _LENGTHS.value else [_LENGTH.value]
     columns = make_columns(_METHODS.value, posthoc_logn=_POSTHOC_LOGN.value,
                            **{name: flag.value for name, flag in _KNOBS.items()})

@@ -3,12 +3,17 @@ r"""Trains a GAU language model: `python train.py --config=kna_rope`.
 --config takes a name (configs/named.py: [transformer_]<attention>[_logn]_<position>, e.g. kna_rope,
 baseline_alibi) or a path to a config file; --config.key=value overrides any field (e.g.
 --config.model_size=tiny --config.num_train_steps=50 --config.model.position_options.slope=0.1).
---workdir defaults to runs/<config name>. A workdir with checkpoints resumes from the latest.
+--workdir defaults to runs/<config name>. A workdir with checkpoints resumes from the latest;
+--allow_config_change=learning_rate,warmup_steps lets it resume with changed optimizer settings
+(recorded in <workdir>/config_history.jsonl), e.g. after a NaN stop.
 Launched as one process of several (Cloud TPU pods, SLURM, or JAX_COORDINATOR_ADDRESS /
 JAX_NUM_PROCESSES / JAX_PROCESS_ID set), pass --multihost to join JAX's multi-host runtime.
 """
 
+import errno
+import logging as python_logging
 import sys
+import threading
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -19,6 +24,28 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config name or file."
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default runs/<config name>).")
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first.")
+_ALLOW_CHANGE = flags.DEFINE_list(
+    "allow_config_change", [], "Optimizer settings that may differ from the checkpoint's when "
+    "resuming, e.g. learning_rate,warmup_steps (also num_train_steps, end_learning_rate_ratio, "
+    "weight_decay, grad_clip_norm); each change is recorded with its step.")
+
+
+class _NoOrbaxTracebacks(python_logging.Filter):
+  """Orbax logs the traceback of a failed save before raising it; the run reports it in one line."""
+
+  def filter(self, record):
+    return not (record.exc_info and "/orbax/" in record.pathname)
+
+
+def _quiet_full_disk_in_threads(default_hook):
+  """A background writer (TensorBoard's) that dies of a full disk prints no traceback: the run
+  meets the same full disk on its next write and reports it in one line."""
+
+  def hook(args):
+    if not (isinstance(args.exc_value, OSError) and args.exc_value.errno == errno.ENOSPC):
+      default_hook(args)
+
+  return hook
 
 
 def expand_config_name(argv):
@@ -44,6 +71,8 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
+  logging.get_absl_handler().addFilter(_NoOrbaxTracebacks())
+  threading.excepthook = _quiet_full_disk_in_threads(threading.excepthook)
   if _MULTIHOST.value:
     from keynorm_jax import sharding  # pylint: disable=g-import-not-at-top
     sharding.maybe_initialize_distributed()
@@ -51,9 +80,10 @@ def main(argv):
 
   config = _CONFIG.value
   try:
-    train_and_evaluate(config, _WORKDIR.value or f"runs/{config.name}")
-  except (ValueError, RuntimeError, FloatingPointError) as e:  # config, data, checkpoint, NaN
-    sys.exit(f"error: {type(e).__name__}: {e}")
+    train_and_evaluate(config, _WORKDIR.value or f"runs/{config.name}",
+                       allow_config_change=_ALLOW_CHANGE.value)
+  except (ValueError, RuntimeError, FloatingPointError) as e:  # config, data, checkpoint, NaN,
+    sys.exit(f"error: {type(e).__name__}: {e}")                 # disk, lock
 
 
 if __name__ == "__main__":

@@ -1,96 +1,304 @@
-"""Orbax checkpoints of a run: train state, the data iterator's state and the resolved config.
+"""Orbax checkpoints of a run: train state, data iterator state, resolved config, config history.
 
-A latest checkpoint that is incomplete is ignored by Orbax (it never finalized); one that is
-corrupt fails to restore, is moved to <workdir>/corrupt_checkpoints/ (kept, not deleted) with a
-warning, and the one before it is used.
+Every finished checkpoint gets a SHA-256 manifest (keynorm_jax/checksums.py), checked before it is
+restored. A checkpoint that fails the check, fails to restore or holds non-finite values is corrupt:
+training moves it to <workdir>/corrupt_checkpoints/ (kept, not deleted) and falls back to the one
+before; a read-only reader (the evaluator) skips it and moves nothing. An incomplete checkpoint
+(a save cut off midway) is never listed: Orbax renames a step's folder into place only once it is
+complete. A reader also tolerates a writer deleting old steps while it reads (they are re-listed).
 """
 
+import dataclasses
 import pathlib
 import shutil
 import time
+from typing import Any, Callable
 
-from absl import logging
+from etils import epath
+import jax
+from jax.experimental import multihost_utils
+import numpy as np
 import orbax.checkpoint as ocp
+
+from keynorm_jax import checksums, disk
+from keynorm_jax.run_config import ConfigError
+
+ITEMS = ("state", "data", "config", "history")
+_MAX_ATTEMPTS = 100  # steps tried by one restore_latest, however many a running writer adds
 
 
 class CheckpointError(RuntimeError):
   """No usable checkpoint; the message says where it looked and what to do."""
 
 
-class RunCheckpoints:
-  """The checkpoints under <workdir>/checkpoints."""
+class NonFiniteCheckpoint(ValueError):
+  """A restored state holds NaN or infinite values."""
 
-  def __init__(self, workdir, *, max_to_keep: int = 3, create: bool = True):
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+  """What a checkpoint gave back. state: the train state, {"params": ...} for a params-only
+  restore, or None when only the config was read. history: {"user_config": the config as the user
+  set it, "changes": [allowed changes]}, or None for checkpoints of older versions."""
+  step: int
+  state: Any
+  data_state: dict | None
+  config_dict: dict
+  history: dict | None
+  verified: bool
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip()
+  return f"{type(error).__name__}: {text.splitlines()[0].rstrip('.') if text else ''}"
+
+
+def _check_finite(state) -> None:
+  for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+    if isinstance(leaf, jax.Array):
+      leaf = leaf.addressable_data(0)  # replicated: every process holds the whole array
+    value = np.asarray(leaf)
+    if np.issubdtype(value.dtype, np.inexact) and not np.isfinite(value).all():
+      raise NonFiniteCheckpoint(f"its state holds NaN or infinite values (first: "
+                                f"{jax.tree_util.keystr(path)})")
+
+
+def state_restore_args(abstract_state) -> ocp.args.StandardRestore:
+  """Restore args for the whole train state (shapes, dtypes and shardings of abstract_state)."""
+  return ocp.args.StandardRestore(abstract_state)
+
+
+def params_restore_args(abstract_params) -> ocp.args.PyTreeRestore:
+  """Restore args for the "state" item that read its parameters only (the optimizer state is
+  left on disk), so a run evaluates whatever optimizer it was trained with."""
+  target = {"params": abstract_params}
+  return ocp.args.PyTreeRestore(
+      item=target, partial_restore=True,
+      restore_args=jax.tree.map(lambda s: ocp.ArrayRestoreArgs(sharding=s.sharding), target))
+
+
+def saved_params_shapes(step_dir) -> dict:
+  """{key path: shape} of the parameters saved in a step (read from its metadata only)."""
+  saved = ocp.PyTreeCheckpointHandler().metadata(epath.Path(step_dir) / "state").tree
+  return {jax.tree_util.keystr(p): tuple(m.shape)
+          for p, m in jax.tree_util.tree_leaves_with_path(saved["params"])}
+
+
+class RunCheckpoints:
+  """The checkpoints under <workdir>/checkpoints.
+
+  read_only: never move, write or create anything (the evaluator); otherwise `open_for_saving`
+  creates the folder when the run is ready to save.
+  warn: where one-line warnings go (default: printed).
+  """
+
+  def __init__(self, workdir, *, read_only: bool = False, warn: Callable[[str], None] = None):
     self.workdir = pathlib.Path(workdir).resolve()
     self.directory = self.workdir / "checkpoints"
-    if not create and not self.directory.is_dir():
-      raise CheckpointError(f"No checkpoints in {self.workdir}: train a model there first "
-                            f"(python train.py --config=NAME --workdir={self.workdir}).")
-    self._max_to_keep = max_to_keep
-    self._open()
+    self.read_only = read_only
+    self.warn = warn or (lambda message: print(message, flush=True))
+    self._manager = None
+    self._pending = None      # a step whose save was started but not yet listed in a manifest
+    self._saving = None       # the step whose save is in progress, if any
 
-  def _open(self):
-    options = ocp.CheckpointManagerOptions(max_to_keep=self._max_to_keep, create=True,
-                                           enable_async_checkpointing=True)
-    self.manager = ocp.CheckpointManager(self.directory, item_names=("state", "data", "config"),
-                                         options=options)
+  # ---- reading ----
 
-  def steps(self):
-    return sorted(self.manager.all_steps())
+  def steps(self) -> list[int]:
+    """Finished steps, oldest first (a step's folder gets its name only once complete)."""
+    try:
+      return sorted(int(p.name) for p in self.directory.iterdir()
+                    if p.name.isdigit() and p.is_dir())
+    except FileNotFoundError:
+      return []
 
-  def save(self, step: int, state, data_state: dict, config_dict: dict) -> None:
-    self.manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
-        config=ocp.args.JsonSave(config_dict)))
+  @property
+  def corrupt_directory(self) -> pathlib.Path:
+    return self.workdir / "corrupt_checkpoints"
 
-  def wait(self) -> None:
-    self.manager.wait_until_finished()
+  def _restore_step(self, step: int, state_args, with_data: bool, verify: bool) -> Restored:
+    step_dir = self.directory / str(step)
+    verified = checksums.verify(step_dir) if verify else False
+    has_history = (step_dir / "history").is_dir()
+    checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+    try:
+      items = {"config": ocp.args.JsonRestore()}
+      if has_history:
+        items["history"] = ocp.args.JsonRestore()
+      found = checkpointer.restore(step_dir, args=ocp.args.Composite(**items))
+      config_dict = found.config
+      if not isinstance(config_dict, dict):
+        raise ValueError("its config item is not a JSON object")
+      history = found.history if has_history else None
+      state = data_state = None
+      if state_args is not None:
+        items = {"state": state_args(config_dict, step_dir)}
+        if with_data:
+          items["data"] = ocp.args.JsonRestore()
+        found = checkpointer.restore(step_dir, args=ocp.args.Composite(**items))
+        state, data_state = found.state, (found.data if with_data else None)
+        _check_finite(state)
+    finally:
+      checkpointer.close()
+    return Restored(step, state, data_state, config_dict, history, verified)
 
-  def close(self) -> None:
-    self.manager.wait_until_finished()
-    self.manager.close()
+  def restore_latest(self, state_args=None, *, with_data: bool = False, verify: bool = True):
+    """The newest checkpoint that restores, as a `Restored`; None when there is none.
 
-  def _quarantine(self, step: int, error: Exception) -> None:
-    target = self.workdir / "corrupt_checkpoints" / f"{step}-{int(time.time())}"
-    logging.warning("Checkpoint %d in %s failed to restore (%s: %s); moved it to %s and trying "
-                    "the one before.", step, self.directory, type(error).__name__,
-                    str(error).splitlines()[0] if str(error) else "", target)
-    print(f"WARNING: checkpoint {step} is corrupt ({type(error).__name__}); moved to {target}, "
-          f"falling back to the previous one.", flush=True)
-    self.manager.close()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(self.directory / str(step)), str(target))
-    self._open()
-
-  def restore_latest(self, abstract_state=None, *, read_only=False):
-    """(step, state, data_state, config_dict) of the newest checkpoint that restores, or None.
-
-    With abstract_state None only the config is read (state and data_state come back None).
-    read_only: skip a checkpoint that fails (with a warning) instead of moving it aside.
+    state_args: None to read only the config (and history), else a function
+      (config_dict, step_dir) -> Orbax restore args for the "state" item (it may raise
+      ConfigError, which is passed on: a run of another config is not a corrupt checkpoint).
+    verify: check the checksum manifest first.
     Raises CheckpointError when checkpoints exist but none restores.
     """
-    tried, errors = self.steps(), []
-    for step in reversed(tried):
-      items = dict(config=ocp.args.JsonRestore())
-      if abstract_state is not None:
-        items.update(state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore())
+    tried, errors = set(), []
+    for _ in range(_MAX_ATTEMPTS):
+      candidates = [s for s in reversed(self.steps()) if s not in tried]
+      if not candidates:
+        break
+      step = candidates[0]
+      tried.add(step)
       try:
-        restored = self.manager.restore(step, args=ocp.args.Composite(**items))
-        config_dict = restored.config
-        if not isinstance(config_dict, dict):
-          raise ValueError("config item is not a JSON object")
-      except Exception as e:  # pylint: disable=broad-except
-        errors.append(f"step {step}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-        if read_only:
-          logging.warning("Checkpoint %d in %s failed to restore: %s", step, self.directory, e)
-        else:
-          self._quarantine(step, e)
+        restored = self._restore_step(step, state_args, with_data, verify)
+      except ConfigError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except  # any failure = unusable checkpoint
+        if self._vanished(step):
+          continue  # deleted by the run that writes it (it removes old checkpoints): re-list
+        reason = str(e) if isinstance(e, checksums.ChecksumMismatch) else _first_line(e)
+        errors.append(f"step {step}: {reason}")
+        self._set_aside(step, reason)
         continue
-      if abstract_state is None:
-        return step, None, None, config_dict
-      return step, restored.state, restored.data, config_dict
-    if tried:
-      where = "" if read_only else f" (moved to {self.workdir / 'corrupt_checkpoints'})"
-      raise CheckpointError(f"None of the checkpoints {tried} in {self.directory} could be "
-                            f"restored{where}: {'; '.join(errors)}. Retrain in a fresh workdir.")
+      if verify and state_args is not None and not restored.verified:
+        self.warn(f"Note: checkpoint {step} has no checksum manifest yet (saved by an older "
+                  f"version, just saved by a run still going, or by one stopped right after "
+                  f"saving it); restored it unverified.")
+        if not self.read_only and jax.process_index() == 0:
+          checksums.write_manifest(self.directory / str(step))
+      return restored
+    if errors:
+      where = (f"; they were moved to {self.corrupt_directory}" if not self.read_only else "")
+      fix = ("Retrain in a fresh --workdir, or delete that folder to start this run over"
+             if not self.read_only else "Retrain it, or evaluate another run")
+      raise CheckpointError(f"None of the checkpoints in {self.directory} could be restored "
+                            f"({'; '.join(errors)}){where}. {fix}.")
     return None
+
+  def _vanished(self, step: int) -> bool:
+    """Whether `step` was removed (or superseded while being removed) during the attempt."""
+    time.sleep(0.2)  # let a concurrent deletion finish before judging the folder
+    return not (self.directory / str(step)).is_dir()
+
+  def _set_aside(self, step: int, reason: str) -> None:
+    if self.read_only:
+      self.warn(f"WARNING: skipping checkpoint {step} of {self.workdir}: {reason}. Trying the "
+                f"one before.")
+      return
+    target = self.corrupt_directory / f"{step}-{int(time.time())}"
+    self.warn(f"WARNING: checkpoint {step} is corrupt ({reason}); moved to {target}, falling back "
+              f"to the previous one.")
+    if jax.process_index() == 0:
+      target.parent.mkdir(parents=True, exist_ok=True)
+      shutil.move(str(self.directory / str(step)), str(target))
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f"keynorm_jax checkpoint {step} set aside")
+
+  # ---- writing ----
+
+  def open_for_saving(self, *, max_to_keep: int) -> None:
+    """Creates the checkpoints folder and removes saves that were cut off midway (killed, or
+    a full disk), which Orbax never lists, to give their space back. Only the one process that
+    holds the workdir's lock writes here, so none of them can be a save in progress."""
+    if jax.process_index() == 0 and self.directory.is_dir():
+      for partial in self.directory.glob("*.orbax-checkpoint-tmp*"):
+        shutil.rmtree(partial, ignore_errors=True)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices("keynorm_jax partial checkpoints removed")
+    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
+                                           enable_async_checkpointing=True)
+    self._manager = ocp.CheckpointManager(self.directory, item_names=ITEMS, options=options)
+
+  def save(self, step: int, state, data_state: dict, config_dict: dict, history: dict) -> None:
+    """Starts saving `step` in the background (the previous save is finished first).
+
+    A save is not started when the disk has less room than the last checkpoint took: the run
+    stops with DiskError before a write fails midway.
+    """
+    self.wait()
+    self._check_room(step)
+    self._saving = step
+    try:
+      self._manager.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
+          config=ocp.args.JsonSave(config_dict), history=ocp.args.JsonSave(history)))
+    except Exception as e:  # pylint: disable=broad-except
+      self._raise_save_error(e)
+    self._pending = step
+
+  def _check_room(self, step: int) -> None:
+    steps = self.steps()
+    if not steps:
+      return
+    needed = sum(p.stat().st_size for p in (self.directory / str(steps[-1])).rglob("*")
+                 if p.is_file())
+    free = shutil.disk_usage(self.directory).free
+    if free < needed:
+      raise disk.DiskError(
+          f"The disk is full: {free / 2**20:.1f} MiB are free under {self.directory}, less than "
+          f"checkpoint {step} needs (about {needed / 2**20:.1f} MiB), so it was not saved; the "
+          f"previous checkpoint (step {steps[-1]}) is intact. Free some space (or lower "
+          f"--config.max_checkpoints_to_keep) and run the same command again to resume.")
+
+  def poll(self) -> None:
+    """Lists a finished save in its checksum manifest (cheap to call after every step)."""
+    if self._pending is not None and (self.directory / str(self._pending)).is_dir():
+      if jax.process_index() == 0:
+        try:
+          checksums.write_manifest(self.directory / str(self._pending))
+        except OSError as e:
+          self._raise_save_error(e)
+      self._pending = None
+
+  def wait(self) -> None:
+    """Blocks until the save in progress is finished (and listed); raises if it failed."""
+    if self._manager is None:
+      return
+    try:
+      self._manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      self._raise_save_error(e)
+    self._saving = None
+    self.poll()
+
+  def close(self, *, check: bool = True) -> None:
+    """Finishes the save in progress (raising if it failed, unless check is False: the run is
+    already ending with another error) and removes the checkpoints folder if it stayed empty."""
+    if self._manager is None:
+      return
+    try:
+      self.wait()
+    except Exception:  # pylint: disable=broad-except
+      if check:
+        raise
+    finally:
+      try:
+        self._manager.close()
+      except Exception:  # pylint: disable=broad-except  # reported by wait(), or not asked for
+        pass
+      self._manager = None
+      if jax.process_index() == 0 and self.directory.is_dir() and not any(
+          self.directory.iterdir()):
+        self.directory.rmdir()
+
+  def _raise_save_error(self, error: Exception):
+    step = self._saving if self._saving is not None else self._pending
+    self._saving = self._pending = None
+    kept = [s for s in self.steps() if s != step]
+    previous = (f"the previous checkpoint (step {kept[-1]}) is intact" if kept else
+                "no earlier checkpoint exists")
+    if disk.is_disk_full(error):
+      raise disk.DiskError(
+          f"The disk is full: saving checkpoint {step} to {self.directory} failed (No space left "
+          f"on device); {previous}. Free some space (or lower "
+          f"--config.max_checkpoints_to_keep) and run the same command again to resume.") from None
+    raise CheckpointError(f"Saving checkpoint {step} to {self.directory} failed "
+                          f"({_first_line(error)}); {previous}.") from error

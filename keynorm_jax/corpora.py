@@ -7,13 +7,20 @@ they are when present; otherwise the sorted files are split as: last 10% (at lea
 the 10% before them (at least one) validation, the rest train.
 """
 
+import concurrent.futures
+import logging
 import pathlib
+import socket
+import threading
 
 import tensorflow_datasets as tfds
 
 from keynorm_jax import kjv_dataset
 
 SPLITS = ("train", "validation", "test")
+# Hosts tried (any one answering is enough) before downloading a TFDS dataset that is not prepared.
+NETWORK_PROBES = (("storage.googleapis.com", 443), ("huggingface.co", 443), ("pypi.org", 443))
+NETWORK_TIMEOUT_SECONDS = 3.0
 
 
 class DataError(ValueError):
@@ -51,6 +58,67 @@ def kjv_documents(split: str, data_dir=None):
   return _tfds_documents(builder, split, "text", "kjv_bible")
 
 
+def _connects(host: str, port: int) -> bool:
+  try:
+    with socket.create_connection((host, port), timeout=NETWORK_TIMEOUT_SECONDS):
+      return True
+  except OSError:
+    return False
+
+
+def network_reachable() -> bool:
+  """Whether any of NETWORK_PROBES answers within NETWORK_TIMEOUT_SECONDS (name lookups
+  included, which can hang far longer on a machine without network)."""
+  pool = concurrent.futures.ThreadPoolExecutor(len(NETWORK_PROBES))
+  futures = [pool.submit(_connects, host, port) for host, port in NETWORK_PROBES]
+  done, _ = concurrent.futures.wait(futures, timeout=NETWORK_TIMEOUT_SECONDS + 0.5)
+  pool.shutdown(wait=False, cancel_futures=True)
+  return any(f.result() for f in done)
+
+
+def _how_to_prepare(name: str, builder) -> str:
+  return (f"Prepare it on a machine with network (python -c \"import tensorflow_datasets as tfds; "
+          f"tfds.builder('{name}', file_format='array_record').download_and_prepare()\"), copy "
+          f"its folder {builder.info.full_name} under a data dir here and pass "
+          f"--config.data.data_dir=THAT_DIR")
+
+
+def _prepare(name: str, builder) -> None:
+  """Downloads and prepares a TFDS dataset once; DataError in one line if that cannot work.
+
+  The download starts at once; if it has not finished within NETWORK_TIMEOUT_SECONDS and no
+  probe host answers, it is abandoned (its thread is a daemon) instead of retrying for minutes.
+  """
+  if builder.is_prepared():
+    return
+  failure = []
+
+  def download():
+    try:
+      builder.download_and_prepare()
+    except Exception as e:  # pylint: disable=broad-except  # requests/urllib3/TFDS errors
+      failure.append(e)
+
+  retries = logging.getLogger("urllib3")  # one warning per retry: quiet until we know
+  level = retries.level
+  retries.setLevel(logging.ERROR)
+  try:
+    thread = threading.Thread(target=download, name=f"prepare {name}", daemon=True)
+    thread.start()
+    thread.join(NETWORK_TIMEOUT_SECONDS)
+    if thread.is_alive() and not network_reachable():
+      raise DataError(f"TFDS dataset {name!r} is not prepared in {builder.data_dir} and the "
+                      f"network is unreachable. {_how_to_prepare(name, builder)}.")
+  finally:
+    retries.setLevel(level)
+  thread.join()
+  if failure:
+    e = failure[0]
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    raise DataError(f"Downloading TFDS dataset {name!r} failed ({type(e).__name__}: "
+                    f"{first[:300]}). {_how_to_prepare(name, builder)}.")
+
+
 def tfds_documents(name: str, split: str, text_feature: str = "text", data_dir=None):
   """Documents of a named TFDS dataset (downloaded and prepared on first use: needs network)."""
   try:
@@ -59,7 +127,7 @@ def tfds_documents(name: str, split: str, text_feature: str = "text", data_dir=N
     raise DataError(f"Unknown TFDS dataset {name!r}. Use 'kjv' (the embedded default), a "
                     f"'text_folder', or a TFDS text dataset such as 'pg19', 'lm1b' or "
                     f"'wiki40b/en'. ({str(e).splitlines()[0]})") from None
-  builder.download_and_prepare()
+  _prepare(name, builder)
   return _tfds_documents(builder, split, text_feature, name)
 
 

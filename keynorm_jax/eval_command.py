@@ -10,6 +10,7 @@ import traceback
 
 import jax
 
+from keynorm_jax import disk
 from keynorm_jax.diagnostics import run_diagnostics
 from keynorm_jax.eval_report import markdown_table, write_results
 from keynorm_jax.evaluation import evaluate_run, held_out_tokens
@@ -28,22 +29,35 @@ def make_columns(names, *, posthoc_logn=False, **knobs):
           for name in names for posthoc in ([False, True] if posthoc_logn else [False])]
 
 
+def check_eval_options(*, factor=None, batch_size=0):
+  """ValueError for a --factor or --batch_size that cannot be meant."""
+  if factor is not None and not factor >= 1:
+    raise ValueError(f"--factor must be at least 1 (or left unset for the default, length / "
+                     f"train_length), got {factor:g}.")
+  if batch_size < 0:
+    raise ValueError(f"--batch_size must be at least 1 (or 0 to size batches to about 4 GiB), "
+                     f"got {batch_size}.")
+
+
 def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0, output=None,
                      diagnostics=False, echo=print, repeat_period=None):
   """Evaluates every run found under `workdir`; returns (records, failures, paths).
 
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
-  stop the others.
+  stop the others. The output folder is checked to be writable before any work.
   """
+  check_eval_options(batch_size=batch_size)  # (a request's factor is checked when it is made)
   workdir = pathlib.Path(workdir)
   runs = find_runs(workdir)
   output = pathlib.Path(output) if output else workdir / "eval"
+  output_existed = output.is_dir()
+  disk.ensure_writable(output, what="the eval output folder", fix="pass a writable --output")
   records, failures, found_diagnostics = [], {}, {}
   tokens_by_data = {}
   started = time.perf_counter()
   for index, run_dir in enumerate(runs, 1):
     try:
-      run = load_run(run_dir)
+      run = load_run(run_dir, warn=echo)
       key = json.dumps(run.config.data.to_dict(), sort_keys=True)
       if key not in tokens_by_data:
         tokens_by_data[key] = held_out_tokens(run.config)
@@ -73,6 +87,8 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
                           diagnostics=found_diagnostics if diagnostics else None)
     echo("\n" + markdown_table(records) + "\n")
     echo("Wrote " + ", ".join(str(p) for p in paths.values()))
+  elif not output_existed and not any(output.iterdir()):
+    output.rmdir()  # created by the writability check, and nothing to put in it
   for name, message in failures.items():
     echo(f"Run {name} was not evaluated: {message}")
   return records, failures, paths

@@ -10,6 +10,7 @@ import difflib
 import importlib.util
 import pathlib
 import sys
+import traceback
 
 import ml_collections
 
@@ -92,8 +93,20 @@ def load_config(name_or_path: str) -> ml_collections.ConfigDict:
   path = pathlib.Path(path)
   spec = importlib.util.spec_from_file_location(f"keynorm_config_{path.stem}", path)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(argument) if argument else module.get_config()
+  try:
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "get_config", None)):
+      raise ConfigError(f"{path} defines no get_config(); a config file must define "
+                        f"get_config() returning an ml_collections.ConfigDict.")
+    return module.get_config(argument) if argument else module.get_config()
+  except SyntaxError as e:
+    raise ConfigError(f"{e.filename}:{e.lineno}: syntax error in config file: {e.msg}.") from None
+  except Exception as e:  # pylint: disable=broad-except  # any error raised by the file's code
+    if isinstance(e, ConfigError):
+      raise
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
+    where = f"{path}:{frames[-1].lineno}" if frames else str(path)
+    raise ConfigError(f"{where}: loading the config failed: {type(e).__name__}: {e}") from None
 
 
 def flat_keys(config) -> list[str]:

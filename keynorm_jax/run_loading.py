@@ -1,15 +1,20 @@
-"""Finding trained runs and restoring their weights, read-only, for evaluation."""
+"""Finding trained runs and restoring their weights, read-only, for evaluation.
+
+The newest checkpoint that passes its checksum check and restores is used: a corrupt one, or one
+deleted by a training run still writing the workdir, is skipped (with a warning) and nothing on
+disk is moved or written. Only the parameters are read, so a run evaluates whatever optimizer it
+was trained with.
+"""
 
 import dataclasses
 import pathlib
 
 import jax
-import orbax.checkpoint as ocp
+import jax.numpy as jnp
 
 from keynorm_jax import run_config
-from keynorm_jax.checkpointing import CheckpointError, RunCheckpoints
-from keynorm_jax.optimizer import make_optimizer
-from keynorm_jax.training import abstract_state
+from keynorm_jax.checkpointing import (CheckpointError, RunCheckpoints, params_restore_args,
+                                       saved_params_shapes)
 
 
 @dataclasses.dataclass
@@ -34,11 +39,23 @@ def find_runs(workdir) -> list[pathlib.Path]:
   return runs
 
 
+def _model_of(config):
+  """The model a resolved config describes (the one place evaluation builds a model)."""
+  return run_config.build_model(config)
+
+
+def abstract_params(config, sharding=None):
+  """Shapes and dtypes (with `sharding`) of the parameters of the model a config describes."""
+  model = _model_of(config)
+  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(config.seed),
+                                             jnp.zeros([1, config.train_length], jnp.int32)))
+  return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
+                      shapes["params"])
+
+
 def _check_params_match(step_dir: pathlib.Path, expected_params) -> None:
   """ConfigError naming the first difference between the checkpoint's params and the model's."""
-  saved = ocp.StandardCheckpointer().metadata(str(step_dir / "state")).item_metadata.tree
-  saved_shapes = {jax.tree_util.keystr(p): tuple(m.shape)
-                  for p, m in jax.tree_util.tree_leaves_with_path(saved["params"])}
+  saved_shapes = saved_params_shapes(step_dir)
   expected_shapes = {jax.tree_util.keystr(p): tuple(s.shape)
                      for p, s in jax.tree_util.tree_leaves_with_path(expected_params)}
   if saved_shapes != expected_shapes:
@@ -49,23 +66,29 @@ def _check_params_match(step_dir: pathlib.Path, expected_params) -> None:
         f"it, or retrain.")
 
 
-def load_run(workdir) -> TrainedRun:
-  """Restores the latest usable checkpoint of the run in `workdir` (nothing is moved or written)."""
+def load_run(workdir, *, warn=None) -> TrainedRun:
+  """Restores the parameters of the newest usable checkpoint of the run in `workdir`.
+
+  Nothing is moved or written. warn: callable(str) told about each checkpoint skipped.
+  """
   workdir = pathlib.Path(workdir)
-  checkpoints = RunCheckpoints(workdir, create=False)
-  try:
-    found = checkpoints.restore_latest(None, read_only=True)
-    if found is None:
-      raise CheckpointError(f"{workdir / 'checkpoints'} holds no finished checkpoint; train "
-                            f"(or resume) the run first.")
-    step, _, _, config_dict = found
+  checkpoints = RunCheckpoints(workdir, read_only=True, warn=warn)
+  if not checkpoints.directory.is_dir():
+    raise CheckpointError(f"No checkpoints in {workdir}: train a model there first "
+                          f"(python train.py --config=NAME --workdir={workdir}).")
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  configs = {}
+
+  def state_args(config_dict, step_dir):
     config = run_config.resolve(run_config.config_from_json_dict(config_dict))
-    model, tx = run_config.build_model(config), make_optimizer(config)
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = abstract_state(model, tx, config.seed, config.train_length, device)
-    _check_params_match(checkpoints.directory / str(step), target["params"])
-    step, state, _, _ = checkpoints.restore_latest(target, read_only=True)
-  finally:
-    checkpoints.close()
-  return TrainedRun(name=workdir.name, workdir=workdir, config=config, step=step,
-                    params=state["params"])
+    target = abstract_params(config, device)
+    _check_params_match(step_dir, target)
+    configs[step_dir.name] = config
+    return params_restore_args(target)
+
+  restored = checkpoints.restore_latest(state_args)
+  if restored is None:
+    raise CheckpointError(f"{workdir / 'checkpoints'} holds no finished checkpoint; train "
+                          f"(or resume) the run first.")
+  return TrainedRun(name=workdir.name, workdir=workdir, config=configs[str(restored.step)],
+                    step=restored.step, params=restored.state["params"])

@@ -1,4 +1,11 @@
-"""The training loop: `train_and_evaluate(config, workdir)`, called by train.py and by the tests."""
+"""The training loop: `train_and_evaluate(config, workdir)`, called by train.py and by the tests.
+
+What a run survives (tests/test_faults.py injects each fault): a NaN or infinite loss, gradient
+norm, parameter or eval loss stops it before anything non-finite is saved; a checkpoint that is
+corrupt or cut off is set aside and the one before is used; a second process on the same workdir
+is refused; a kill -9 at any moment loses only the steps since the last checkpoint; a full disk
+or an unwritable workdir ends it with one line, the last checkpoint intact.
+"""
 
 import json
 import math
@@ -13,8 +20,8 @@ import numpy as np
 import optax
 import tqdm
 
-from keynorm_jax import corpora, run_config, sharding
-from keynorm_jax.checkpointing import RunCheckpoints
+from keynorm_jax import config_changes, corpora, disk, run_config, sharding, workdir_lock
+from keynorm_jax.checkpointing import CheckpointError, RunCheckpoints, state_restore_args
 from keynorm_jax.eval_sets import eval_windows
 from keynorm_jax.metrics_writer import MetricsWriter
 from keynorm_jax.models import count_params
@@ -23,13 +30,14 @@ from keynorm_jax.scoring import make_scorer, score_windows, token_scores
 from keynorm_jax.tokenizer import join_documents
 from keynorm_jax.train_stream import train_dataset
 
-# Keys that may change when a stopped run is continued (they do not change what is computed).
-RESUMABLE_CHANGES = ("num_train_steps", "checkpoint_every_steps", "max_checkpoints_to_keep",
-                     "log_every_steps", "eval_every_steps", "num_devices")
+# Keys that may change when a stopped run is continued (they do not change what is computed);
+# optimizer settings may change too when allowed explicitly (see config_changes.py).
+RESUMABLE_CHANGES = config_changes.FREE_CHANGES
 
 
 class NonFiniteLossError(FloatingPointError):
-  """The loss became NaN or infinite; the last good checkpoint is kept."""
+  """The loss, gradient norm, parameters or eval loss became NaN or infinite; nothing
+  non-finite was saved, and the last good checkpoint is kept."""
 
 
 def init_state(model, tx, seed: int, train_length: int):
@@ -62,26 +70,11 @@ def make_train_step(model, tx, dropout_key):
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
     new_state = {"step": state["step"] + 1, "params": optax.apply_updates(state["params"], updates),
                  "opt_state": opt_state}
-    return new_state, {"loss": loss, "accuracy": accuracy, "grad_norm": optax.global_norm(grads)}
+    finite = jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(new_state)]))
+    return new_state, {"loss": loss, "accuracy": accuracy, "grad_norm": optax.global_norm(grads),
+                       "state_finite": finite}
 
   return train_step
-
-
-def _flat(d: dict, prefix="") -> dict:
-  out = {}
-  for key, value in d.items():
-    out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
-  return out
-
-
-def _check_same_run(saved: dict, config, workdir) -> None:
-  saved, current = _flat(saved), _flat(config.to_dict())
-  differing = sorted(k for k in set(saved) | set(current)
-                     if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k))
-  if differing:
-    raise run_config.ConfigError(
-        f"{workdir} holds a run with a different config ({', '.join(differing)} differ). Resume "
-        f"it with its own config, or pass another --workdir.")
 
 
 def _tokens(config, split):
@@ -94,92 +87,169 @@ def _tokens(config, split):
   return join_documents(corpora.load_documents(config.data, split))
 
 
-def train_and_evaluate(config, workdir, *, stop_after_steps=None):
+
+def _non_finite(metrics: dict) -> str | None:
+  """What became NaN or infinite in a step's metrics (None if all is finite)."""
+  for key, what in (("loss", "the loss"), ("grad_norm", "the gradient norm"),
+                    ("eval_loss", "the eval loss")):
+    if key in metrics and not math.isfinite(metrics[key]):
+      return f"{what} became {metrics[key]}"
+  if not metrics.get("state_finite", 1.0):
+    return "the parameters or optimizer state became NaN or infinite"
+  return None
+
+
+def _non_finite_error(problem: str, step: int, last_good, config, workdir) -> NonFiniteLossError:
+  knobs = (f"a lower --config.learning_rate (now {config.learning_rate:g}) or a larger "
+           f"--config.warmup_steps (now {config.warmup_steps})")
+  problem = f"{problem[0].upper()}{problem[1:]} at step {step}; nothing non-finite was saved."
+  if last_good is None:
+    return NonFiniteLossError(
+        f"{problem} No checkpoint was written before it in {workdir / 'checkpoints'}, so there "
+        f"is nothing to resume: start over with {knobs}.")
+  return NonFiniteLossError(
+      f"{problem} The last good checkpoint (step {last_good}) is kept in "
+      f"{workdir / 'checkpoints'} and restores finite. Resume from it with {knobs}, adding "
+      f"--allow_config_change=learning_rate,warmup_steps.")
+
+
+def _saved_config(workdir):
+  """The newest readable checkpoint's config (nothing verified, moved or printed), or None."""
+  try:
+    return RunCheckpoints(workdir, read_only=True, warn=lambda _: None).restore_latest(verify=False)
+  except CheckpointError:
+    return None  # the full restore below reports it
+
+
+def _refuse_to_start_over(checkpoints: RunCheckpoints) -> None:
+  corrupt = checkpoints.corrupt_directory
+  if corrupt.is_dir() and any(corrupt.iterdir()):
+    raise CheckpointError(
+        f"{checkpoints.workdir} has no checkpoint that restores, and its corrupt ones are in "
+        f"{corrupt}: starting over would overwrite this run's metrics. Move a repaired checkpoint "
+        f"back into {checkpoints.directory}, or delete {corrupt} to start the run over from "
+        f"step 0, or pass another --workdir.")
+
+
+def train_and_evaluate(config, workdir, *, stop_after_steps=None, allow_config_change=()):
   """Trains (or resumes) the run in `workdir`; returns the last logged metrics.
 
   stop_after_steps: stop once this many steps are done in all, without a final checkpoint, as a
-  killed run would (for tests of resumption).
+    killed run would (for tests of resumption).
+  allow_config_change: optimizer settings (config_changes.OPTIMIZER_CHANGES) that may differ from
+    the checkpoint's when resuming; each change is recorded with its step.
   """
+  user_config = config.to_dict()  # as the user set it, before derived defaults are filled in
   config = run_config.resolve(config)
+  config_changes.check_allowed_names(allow_config_change)
   mesh = sharding.make_mesh(config.num_devices)
   run_config.validate(config, mesh.size)
-  workdir = pathlib.Path(workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
+  workdir = disk.ensure_writable(workdir, what="the workdir",
+                                 fix="choose a writable --workdir").resolve()
+  with workdir_lock.hold(workdir):
+    try:
+      return _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_change)
+    except OSError as e:
+      if disk.is_disk_full(e):
+        raise disk.DiskError(f"The disk under {workdir} is full ({e}); the last checkpoint is "
+                             f"intact. Free some space and run the same command again to "
+                             f"resume.") from None
+      raise
+
+
+def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_change):
   is_main = jax.process_index() == 0
+  saved = _saved_config(workdir)  # checked before anything is restored, moved or loaded
+  if saved is not None:
+    config_changes.resume_changes(saved.config_dict, saved.history, user_config,
+                                  config.to_dict(), allow_config_change, workdir)
+
+  train_tokens, validation_tokens = _tokens(config, "train"), _tokens(config, "validation")
+  dataset = train_dataset(train_tokens, train_length=config.train_length,
+                          global_batch_size=config.batch_size, seed=config.seed,
+                          process_index=jax.process_index(), process_count=jax.process_count())
+  validation = eval_windows(validation_tokens, kind="non_repeated", length=config.train_length,
+                            count=config.eval_windows, train_length=config.train_length)
 
   model = run_config.build_model(config)
   tx = make_optimizer(config)
   schedule = learning_rate_schedule(config)
   state_sharding = sharding.replicated(mesh)
-  checkpoints = RunCheckpoints(workdir, max_to_keep=config.max_checkpoints_to_keep)
-  saved = checkpoints.restore_latest(None, read_only=True)  # the saved config, read first
-  if saved is not None:
-    _check_same_run(saved[3], config, workdir)
-  restored = checkpoints.restore_latest(
-      abstract_state(model, tx, config.seed, config.train_length, state_sharding))
-
-  dataset = train_dataset(_tokens(config, "train"), train_length=config.train_length,
-                          global_batch_size=config.batch_size, seed=config.seed,
-                          process_index=jax.process_index(), process_count=jax.process_count())
+  target = abstract_state(model, tx, config.seed, config.train_length, state_sharding)
+  checkpoints = RunCheckpoints(workdir)
+  restored = checkpoints.restore_latest(lambda *_: state_restore_args(target), with_data=True)
   batches = iter(dataset)
+  changed = {}
   if restored is None:
+    _refuse_to_start_over(checkpoints)
     state = jax.device_put(init_state(model, tx, config.seed, config.train_length),
                            state_sharding)
   else:
-    _, state, data_state, _ = restored
-    batches.set_state(data_state)
-  start_step = int(state["step"])
+    changed = config_changes.resume_changes(restored.config_dict, restored.history, user_config,
+                                            config.to_dict(), allow_config_change, workdir)
+    state = restored.state
+    batches.set_state(restored.data_state)
+  start_step = int(restored.step) if restored else 0
+  history = config_changes.history_after(restored.history if restored else None, user_config,
+                                         start_step, changed)
+  checkpoints.open_for_saving(max_to_keep=config.max_checkpoints_to_keep)
   if is_main:
     (workdir / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+    if restored is None or changed:
+      config_changes.append_history_line(workdir, event="change" if changed else "start",
+                                         step=start_step, changed=changed,
+                                         user_config=user_config)
     print(f"{config.name}: {count_params(state['params']):,} parameters, {mesh.size} device(s), "
           f"{'resuming at step ' + str(start_step) if start_step else 'starting'} in {workdir}",
           flush=True)
+    if changed:
+      print(f"Changed from step {start_step} on (recorded in "
+            f"{workdir / config_changes.HISTORY_FILE}): " +
+            ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items()), flush=True)
 
-  validation = eval_windows(_tokens(config, "validation"), kind="non_repeated",
-                            length=config.train_length, count=config.eval_windows,
-                            train_length=config.train_length)
   scorer = make_scorer(model)
   train_step = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(config.seed + 1)),
                        out_shardings=(state_sharding, None), donate_argnums=0)
   writer = MetricsWriter(workdir, resume_step=start_step, enabled=is_main)
   progress = tqdm.tqdm(total=config.num_train_steps, initial=start_step, disable=not is_main,
                        desc=config.name, dynamic_ncols=True)
-  last_good_checkpoint = restored[0] if restored else None
+  last_good = restored.step if restored else None
   logged, tick, tick_step = {}, time.perf_counter(), start_step
+  finished = False
   try:
     for step in range(start_step + 1, config.num_train_steps + 1):
       batch = sharding.global_batch(mesh, next(batches))
       state, metrics = train_step(state, batch)
       metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-      if not math.isfinite(metrics["loss"]):
-        checkpoints.wait()
-        raise NonFiniteLossError(
-            f"The loss became {metrics['loss']} at step {step}. The last good checkpoint "
-            f"(step {last_good_checkpoint}) is kept in {workdir / 'checkpoints'}. Lower "
-            f"--config.learning_rate, raise --config.warmup_steps or tighten "
-            f"--config.grad_clip_norm, then resume or restart.")
-      progress.update(1)
-      progress.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['accuracy']:.3f}")
+      now = time.perf_counter()
+      checkpoints.poll()
       last = step == config.num_train_steps
       evaluate = step % config.eval_every_steps == 0 or last
+      if evaluate and _non_finite(metrics) is None:
+        correct, nll = score_windows(scorer, state["params"], validation, config.batch_size)
+        metrics.update(eval_loss=float(nll.mean()), eval_accuracy=float(correct.mean()))
+      problem = _non_finite(metrics)
+      if problem:
+        checkpoints.wait()
+        raise _non_finite_error(problem, step, last_good, config, workdir)
+      del metrics["state_finite"]
+      progress.update(1)
+      progress.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['accuracy']:.3f}")
       if step % config.log_every_steps == 0 or evaluate:
-        now = time.perf_counter()
         tokens = (step - tick_step) * config.batch_size * config.train_length
         logged = {**metrics, "learning_rate": float(schedule(step - 1)),
                   "tokens_per_second": tokens / max(now - tick, 1e-9)}
-        if evaluate:
-          correct, nll = score_windows(scorer, state["params"], validation, config.batch_size)
-          logged.update(eval_loss=float(nll.mean()), eval_accuracy=float(correct.mean()))
         writer.write(step, logged)
         tick, tick_step = time.perf_counter(), step
       if step % config.checkpoint_every_steps == 0 or last:
-        checkpoints.save(step, state, batches.get_state(), config.to_dict())
-        last_good_checkpoint = step
+        checkpoints.save(step, state, batches.get_state(), config.to_dict(), history)
+        last_good = step
       if stop_after_steps is not None and step >= stop_after_steps:
         break
+    finished = True
   finally:
     progress.close()
-    writer.close()
-    checkpoints.close()
+    writer.close(check=finished)
+    checkpoints.close(check=finished)
   logging.info("Finished at step %d: %s", int(state["step"]), logged)
   return logged

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from keynorm_jax import training
+from keynorm_jax import checksums, training
 from keynorm_jax.eval_command import evaluate_workdir
 from keynorm_jax.eval_sets import eval_windows
 from keynorm_jax.eval_command import make_columns
@@ -119,6 +119,7 @@ def test_a_failing_run_does_not_stop_the_others(runs, tmp_path):
   saved = json.loads(meta.read_text())
   saved["attention_heads"] = 4
   meta.write_text(json.dumps(saved))
+  checksums.write_manifest(meta.parent.parent)  # as saved by another version, not corrupted
   (root / "empty" / "checkpoints").mkdir(parents=True)
   records, failures, _ = _evaluate(root, tmp_path / "out")
   assert {r["run"] for r in records} == {"good"}

@@ -1,0 +1,54 @@
+"""Disk faults: folders that cannot be written, and a disk that fills up mid-run.
+
+Both are checked or recognised here so that the run ends with one line that names the folder and
+what to do, before any work is lost.
+"""
+
+import errno
+import os
+import pathlib
+import uuid
+
+
+class DiskError(RuntimeError):
+  """A folder cannot be written, or the disk under it is full; the message says what to do."""
+
+
+def _probe(folder: pathlib.Path) -> None:
+  """Creates and removes a small file in `folder` (raises OSError if it cannot)."""
+  probe = folder / f".write-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+  with probe.open("wb") as f:
+    f.write(b"ok")
+  probe.unlink()
+
+
+def ensure_writable(folder, *, what: str, fix: str) -> pathlib.Path:
+  """Creates `folder` if needed and checks a file can be written in it; DiskError otherwise.
+
+  what: how the user knows the folder ("the workdir"); fix: what to do, e.g. "pass another
+  --workdir". A real write is tried (not os.access), so read-only mounts, full disks and
+  permissions are all caught, as are paths under a regular file.
+  """
+  folder = pathlib.Path(folder)
+  try:
+    folder.mkdir(parents=True, exist_ok=True)
+    _probe(folder)
+  except OSError as e:
+    reason = e.strerror or type(e).__name__
+    if is_disk_full(e):
+      fix = f"free some space there, or {fix}"
+    raise DiskError(f"Cannot write to {what} {folder} ({reason}); {fix}.") from None
+  return folder
+
+
+def is_disk_full(error: BaseException) -> bool:
+  """Whether `error` (or an error it was raised from) is "no space left on device"."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+      return True
+    if "No space left on device" in str(error) or "Disk quota exceeded" in str(error):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
