@@ -1,6 +1,9 @@
-"""Data parallelism over a mesh of every device (and every host, through jax.distributed).
+"""Data parallelism and FSDP over a mesh of every device (and every host, through jax.distributed).
 
-Parameters and optimizer state are replicated; the batch is split over the "data" axis.
+The mesh has two axes, "data" and "fsdp" (fsdp = 1: plain data parallelism). The batch is split over
+both. With fsdp > 1 every parameter and optimizer-state array is split along its largest dimension
+that the fsdp size divides (arrays with none stay replicated); XLA gathers them where a layer needs
+them (ZeRO-3 / FSDP).
 """
 
 import os
@@ -10,6 +13,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 DATA_AXIS = "data"
+FSDP_AXIS = "fsdp"
 
 
 def maybe_initialize_distributed() -> None:
@@ -27,14 +31,16 @@ def maybe_initialize_distributed() -> None:
     jax.distributed.initialize()
 
 
-def make_mesh(num_devices: int = 0) -> Mesh:
-  """1-D data mesh over the first `num_devices` devices (0 = all)."""
+def make_mesh(num_devices: int = 0, fsdp: int = 1) -> Mesh:
+  """(data, fsdp) mesh over the first `num_devices` devices (0 = all); fsdp must divide them."""
   devices = jax.devices()
   if num_devices:
     if num_devices > len(devices):
       raise ValueError(f"num_devices={num_devices} but only {len(devices)} devices exist.")
     devices = devices[:num_devices]
-  return Mesh(np.array(devices), (DATA_AXIS,))
+  if fsdp < 1 or len(devices) % fsdp:
+    raise ValueError(f"fsdp={fsdp} must be at least 1 and divide the {len(devices)} devices.")
+  return Mesh(np.array(devices).reshape(len(devices) // fsdp, fsdp), (DATA_AXIS, FSDP_AXIS))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -42,9 +48,24 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-  return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
+  return NamedSharding(mesh, PartitionSpec((DATA_AXIS, FSDP_AXIS)))
+
+
+def fsdp_spec(shape, fsdp: int) -> PartitionSpec:
+  """Split the largest dimension that fsdp divides over the fsdp axis; else replicate."""
+  if fsdp > 1:
+    for dim in sorted(range(len(shape)), key=lambda d: -shape[d]):
+      if shape[dim] % fsdp == 0 and shape[dim] >= fsdp:
+        return PartitionSpec(*([None] * dim + [FSDP_AXIS]))
+  return PartitionSpec()
+
+
+def state_shardings(mesh: Mesh, shapes):
+  """A NamedSharding for every leaf of a pytree of shapes (FSDP rule; replicated if fsdp = 1)."""
+  fsdp = mesh.shape[FSDP_AXIS]
+  return jax.tree.map(lambda s: NamedSharding(mesh, fsdp_spec(s.shape, fsdp)), shapes)
 
 
 def global_batch(mesh: Mesh, local_batch: np.ndarray) -> jax.Array:
-  """This host's slice of the batch -> one global array sharded over the data axis."""
+  """This host's slice of the batch -> one global array sharded over the data and fsdp axes."""
   return jax.make_array_from_process_local_data(batch_sharding(mesh), local_batch)
