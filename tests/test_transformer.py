@@ -2,6 +2,7 @@
 (tests/numpy_layers_reference.py); parameter counts by hand; causality; config checks."""
 
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import run_config
+from keynorm_jax.diagnostics import run_diagnostics
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.models import GAULM, ModelConfig, build_model, count_params
 from keynorm_jax.models.gau import GAULayer
@@ -223,6 +225,24 @@ def test_diagnostics_are_per_head():
   assert np.allclose(entropy[:, 0], 0.0, atol=1e-6)           # the first query sees one key
   assert (entropy[:, 1:] > 0).all() and (entropy <= np.log(np.arange(1, T + 1))[None, :, None]
                                          + 1e-5).all()
+
+
+def test_run_diagnostics_reports_every_head():
+  config = run_config.load_config("transformer_baseline_alibi")
+  config.model_size, config.train_length = "tiny", 8
+  config.model.num_heads, config.model.num_kv_heads = 4, 2
+  config = run_config.resolve(config)
+  params = run_config.build_model(config).init(jax.random.PRNGKey(0),
+                                               jnp.zeros([1, 8], jnp.int32))["params"]
+  tokens = np.random.default_rng(0).integers(0, 256, size=400)
+  run = types.SimpleNamespace(config=config, params=params)
+  layer = run_diagnostics(run, lengths=[32], tokens=tokens, num_windows=2)[32]["layers"]["layer_0"]
+  assert len(layer["raw_key_norm_cv_by_kv_head"]) == 2
+  within, beyond = layer["entropy_within_train_by_head"], layer["entropy_beyond_train_by_head"]
+  assert len(within) == len(beyond) == 4
+  assert np.mean(within) == pytest.approx(layer["entropy_within_train"], rel=1e-5)
+  assert np.mean(beyond) == pytest.approx(layer["entropy_beyond_train"], rel=1e-5)
+  assert np.ptp(beyond) > 0.1          # ALiBi's slopes differ per head: so do the entropies
 
 
 def test_bad_transformer_configs_say_what_to_change():
