@@ -1,4 +1,4 @@
-r"""Trains a GAU language model: `python train.py --config=kna_rope`.
+r"""Trains a GAU or Transformer language model: `python train.py --config=kna_rope`.
 
 --config takes a name (configs/named.py: [transformer_]<attention>[_logn]_<position>, e.g. kna_rope,
 baseline_alibi) or a path to a config file; --config.key=value overrides any field (e.g.

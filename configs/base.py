@@ -33,7 +33,8 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.d_model = 0
   m.expansion = 0                 # GAU: e
   m.qk_size = 0                   # GAU: s
-  m.norm_position = "post"        # GAU: post (as in the seed) / pre
+  m.norm_position = "post" if architecture == "gau" else "pre"  # GAU: post (the seed's) / pre;
+                                  # the Transformer is pre-norm only (post is refused)
   m.num_heads = 0                 # Transformer: query heads
   m.head_dim = 0                  # Transformer: 0 = d_model / num_heads
   m.num_kv_heads = 0              # Transformer: 0 = num_heads (fewer: grouped-query attention)

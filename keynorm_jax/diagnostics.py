@@ -3,7 +3,8 @@
 The seed argues that with ||k_j|| removed the model can only act through cos(q_i, k_j). We record,
 per layer, the norms of the keys entering attention (after the variant's own normalization: KNA and
 CosA keys are unit vectors, so their spread is 0 by construction; `raw` is before it) and the
-entropy (nats) of each query's attention distribution, bucketed by query position.
+entropy (nats) of each query's attention distribution, bucketed by query position; pooled over
+heads, and per head (a Transformer's heads can differ widely).
 """
 
 import jax
@@ -41,9 +42,10 @@ def run_diagnostics(run, *, lengths, tokens, num_windows: int = 4):
     layers = {}
     for i in range(model_cfg.num_layers):
       layer = found[f"layer_{i}"]["attention"]
-      raw_norms = np.asarray(layer["key_norm"][0])                     # [B, T]
+      raw_norms = np.asarray(layer["key_norm"][0])                     # [B, T, kv heads]
       used_norms = np.ones_like(raw_norms) if normalized_keys else raw_norms
-      entropy = np.asarray(layer["attention_entropy"][0])              # [B, T]
+      entropy = np.asarray(layer["attention_entropy"][0])              # [B, T, heads]
+      within, beyond = entropy[:, :config.train_length], entropy[:, config.train_length:]
       layers[f"layer_{i}"] = {
           "key_norm_cv": _coefficient_of_variation(used_norms),
           "raw_key_norm_cv": _coefficient_of_variation(raw_norms),
@@ -53,6 +55,12 @@ def run_diagnostics(run, *, lengths, tokens, num_windows: int = 4):
           "entropy_beyond_train": (float(entropy[:, config.train_length:].mean())
                                    if length > config.train_length else None),
           "entropy_within_train": float(entropy[:, :config.train_length].mean()),
+          # Per head (query heads; key norms per key/value head).
+          "raw_key_norm_cv_by_kv_head": [_coefficient_of_variation(raw_norms[..., h])
+                                         for h in range(raw_norms.shape[-1])],
+          "entropy_within_train_by_head": within.mean(axis=(0, 1)).tolist(),
+          "entropy_beyond_train_by_head": (beyond.mean(axis=(0, 1)).tolist() if beyond.size
+                                           else None),
       }
     out[length] = {"position_bucket": bucket, "layers": layers}
   return out

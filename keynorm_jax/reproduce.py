@@ -1,5 +1,8 @@
 r"""Reproduces the seed's tables with one command: `python -m keynorm_jax.reproduce --scale=cpu`.
 
+`--architecture=transformer` runs the same study on the multi-head Transformer (config names with
+the `transformer_` prefix, e.g. transformer_kna_rope; runs in runs/reproduce_<scale>_transformer).
+
 Trains every variant of the seed's table plus qknorm_rope, kna_nope and baseline_nope, evaluates each
 at the training length and at 8x (repeated and non-repeated; no scaling, NTK, YaRN, ReRoPE), and at
 16x and 32x for a few variants, then writes a results page. What is already trained or evaluated is
@@ -19,7 +22,7 @@ from keynorm_jax.eval_command import make_columns
 from keynorm_jax.evaluation import evaluate_run, held_out_tokens
 from keynorm_jax.reproduce_report import write_page
 from keynorm_jax.run_loading import load_run
-from keynorm_jax.seed_results import EXTRA_VARIANTS, NO_SCALING
+from keynorm_jax.seed_results import EXTRA_VARIANTS, NO_SCALING, TRANSFORMER_PREFIX
 from keynorm_jax.study.provenance import code_version
 from keynorm_jax.training import train_and_evaluate
 
@@ -39,10 +42,16 @@ SCALES = {
                  num_windows=64, long_windows=16),
 }
 
+ARCHITECTURES = {"gau": "", "transformer": TRANSFORMER_PREFIX}  # -> config name prefix
+
 _SCALE = flags.DEFINE_enum("scale", "cpu", list(SCALES), "Reproduction scale.")
-_RUNS = flags.DEFINE_string("runs_dir", None, "Where runs go; default runs/reproduce_<scale>.")
+_ARCHITECTURE = flags.DEFINE_enum("architecture", "gau", list(ARCHITECTURES),
+                                  "gau (the seed's) or transformer (transformer_<variant> configs).")
+_RUNS = flags.DEFINE_string("runs_dir", None, "Where runs go; default runs/reproduce_<scale> "
+                            "(the Transformer: runs/reproduce_<scale>_transformer).")
 _OUTPUT = flags.DEFINE_string("output", None, "Results page folder; default <runs_dir>/results.")
-_VARIANTS = flags.DEFINE_list("variants", VARIANTS, "Configs to train and evaluate.")
+_VARIANTS = flags.DEFINE_list("variants", VARIANTS, "Variants to train and evaluate (GAU config "
+                              "names; the Transformer adds its prefix).")
 _STEPS = flags.DEFINE_integer("num_train_steps", 0, "Override the scale's training steps.")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data dir (default: TFDS's).")
 
@@ -94,10 +103,17 @@ def _evaluate(workdir, plan, long_lengths):
   return found
 
 
-def reproduce(scale, *, runs_dir, output, variants, steps=0, data_dir=""):
+def config_names(variants, architecture):
+  """The config names of the variants (GAU names) for an architecture."""
+  prefix = ARCHITECTURES[architecture]
+  return [v if v.startswith(prefix) else prefix + v for v in variants]
+
+
+def reproduce(scale, *, runs_dir, output, variants, steps=0, data_dir="", architecture="gau"):
   """Trains and evaluates every variant (skipping what is done); returns the page's path."""
   runs_dir, started = pathlib.Path(runs_dir), time.time()
   timings, records, diagnostics = {}, [], {}
+  variants = config_names(variants, architecture)
   for index, variant in enumerate(variants, 1):
     config = _config(variant, scale, steps, data_dir)
     workdir = runs_dir / variant
@@ -113,14 +129,15 @@ def reproduce(scale, *, runs_dir, output, variants, steps=0, data_dir=""):
     train_length = config.train_length
     plan = {"length": 8 * train_length, "num_windows": SCALES[scale]["num_windows"],
             "long_windows": SCALES[scale]["long_windows"]}
-    long_lengths = [16 * train_length, 32 * train_length] if variant in LONG_VARIANTS else []
+    long_lengths = ([16 * train_length, 32 * train_length]
+                    if variant.removeprefix(TRANSFORMER_PREFIX) in LONG_VARIANTS else [])
     print(f"[{index}/{len(variants)}] {variant}: evaluating", flush=True)
     found = _evaluate(workdir, plan, long_lengths)
     records += found["records"]
     diagnostics[variant] = found["diagnostics"]
     timings[variant] = {"train_seconds": _add_seconds(workdir / "train_seconds.json", 0),
                         "eval_seconds": round(time.time() - t1, 1)}
-  meta = {"scale": scale, "config": SCALES[scale], "num_train_steps": config.num_train_steps,
+  meta = {"scale": scale, "architecture": architecture, "config": SCALES[scale], "num_train_steps": config.num_train_steps,
           "jax": jax.__version__, "backend": jax.default_backend(),
           "device": str(jax.devices()[0].device_kind), "this_invocation_seconds":
           round(time.time() - started, 1), "timings": timings}
@@ -130,14 +147,17 @@ def reproduce(scale, *, runs_dir, output, variants, steps=0, data_dir=""):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  runs_dir = _RUNS.value or f"runs/reproduce_{_SCALE.value}"
+  architecture = _ARCHITECTURE.value
+  suffix = "" if architecture == "gau" else f"_{architecture}"
+  runs_dir = _RUNS.value or f"runs/reproduce_{_SCALE.value}{suffix}"
   output = _OUTPUT.value or f"{runs_dir}/results"
-  unknown = sorted(set(_VARIANTS.value) - set(run_config.available_configs()))
+  unknown = sorted(set(config_names(_VARIANTS.value, architecture))
+                   - set(run_config.available_configs()))
   if unknown:
     raise app.UsageError(f"Unknown variants {unknown}; choose from "
                          f"{', '.join(run_config.available_configs())}.")
   page = reproduce(_SCALE.value, runs_dir=runs_dir, output=output, variants=_VARIANTS.value,
-                   steps=_STEPS.value, data_dir=_DATA_DIR.value)
+                   steps=_STEPS.value, data_dir=_DATA_DIR.value, architecture=architecture)
   print(f"Results page: {page}")
 
 

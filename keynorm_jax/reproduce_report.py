@@ -4,7 +4,7 @@ import json
 import pathlib
 
 from keynorm_jax.eval_report import plot_accuracy_by_position, plot_diagnostics
-from keynorm_jax.seed_results import EXTRA_VARIANTS, NO_SCALING, WITH_SCALING, label
+from keynorm_jax.seed_results import EXTRA_VARIANTS, NO_SCALING, WITH_SCALING, label, seed_name
 
 
 def _index(records):
@@ -39,7 +39,7 @@ def tables(records, diagnostics, train_length):
     train = _acc(found, c, train_length, "non_repeated")
     rep, non = _acc(found, c, long, "repeated"), _acc(found, c, long, "non_repeated")
     ratio[c] = None if not train or non is None else non / train
-    seed = NO_SCALING.get(c)
+    seed = NO_SCALING.get(seed_name(c))
     main_rows.append([
         label(c), _fmt(train, stderr(c, train_length, "non_repeated")),
         _fmt(rep, stderr(c, long, "repeated")), _fmt(non, stderr(c, long, "non_repeated")),
@@ -48,12 +48,12 @@ def tables(records, diagnostics, train_length):
            if seed else ["", "", "", ""])])
   scaling_rows = []
   for c in configs:
-    if c not in WITH_SCALING and c not in EXTRA_VARIANTS:
+    if seed_name(c) not in WITH_SCALING and seed_name(c) not in EXTRA_VARIANTS:
       continue
     row = [label(c)]
     for s in ("ntk", "yarn", "rerope"):
       ours = (_acc(found, c, long, "repeated", s), _acc(found, c, long, "non_repeated", s))
-      seed = WITH_SCALING.get(c, {}).get(s)
+      seed = WITH_SCALING.get(seed_name(c), {}).get(s)
       row += [f"{_fmt(ours[0])} / {_fmt(ours[1])}",
               f"{seed[0]:.2f} / {seed[1]:.2f}" if seed else ""]
     scaling_rows.append(row)
@@ -98,18 +98,21 @@ def write_page(records, diagnostics, meta, output) -> pathlib.Path:
       {"meta": meta, "results": records, "diagnostics": diagnostics}, indent=1))
   plot_accuracy_by_position([r for r in records if r["length"] == long
                              and r["rope_scaling"] == "none"], output / "accuracy_by_position.png")
-  plot_accuracy_by_position([r for r in records if r["length"] == long and r["config"]
-                             in ("baseline_rope", "kna_rope")],
-                            output / "scalings_by_position.png")
+  with_scalings = [r for r in records if r["length"] == long and seed_name(r["config"])
+                   in ("baseline_rope", "kna_rope")]
+  if with_scalings:  # only when those variants were run
+    plot_accuracy_by_position(with_scalings, output / "scalings_by_position.png")
   plot_diagnostics({c: d for c, d in diagnostics.items() if d}, output / "diagnostics.png")
   t = tables(records, diagnostics, train_length)
   keeps = {c: r for c, r in t["ratio"].items() if r is not None}
   verdict = ", ".join(f"{label(c)} {100 * r:.1f}%" for c, r in keeps.items())
-  page = f"""# Reproduction at scale `{meta['scale']}`
+  beside = ("; each Transformer row stands beside the seed's (GAU) row of the same variant"
+            if meta.get("architecture") == "transformer" else "")
+  page = f"""# Reproduction at scale `{meta['scale']}` ({meta.get('architecture', 'gau')})
 
 Trained at {train_length} tokens, evaluated at {long} ({long // train_length}x) with unchanged
 weights. Next-token accuracy (%) ± standard error over windows; "repeated" / "non-repeated" as in
-the seed (keynorm.md §5). Seed numbers: GAU ~100M, 512 -> 4096 (kexue.fm/archives/9859).
+the seed (keynorm.md §5). Seed numbers: GAU ~100M, 512 -> 4096 (kexue.fm/archives/9859){beside}.
 
 ## Without inference-time scaling
 
@@ -130,7 +133,7 @@ Non-repeated accuracy at {long // train_length}x as a share of in-length accurac
 {t['diagnostics']}
 
 ![accuracy by position](accuracy_by_position.png)
-![scalings by position](scalings_by_position.png)
+{"![scalings by position](scalings_by_position.png)" if with_scalings else ""}
 ![diagnostics](diagnostics.png)
 
 ## Run

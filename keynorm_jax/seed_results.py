@@ -32,7 +32,18 @@ EXTRA_VARIANTS = {"qknorm_rope": "QK-norm (gain)", "kna_nope": "KNA + NoPE",
                   "baseline_nope": "Baseline + NoPE"}
 
 
+TRANSFORMER_PREFIX = "transformer_"
+
+
+def seed_name(config_name: str) -> str:
+  """The seed table's row of a config: a Transformer config is compared with the same variant's
+  GAU row (transformer_kna_rope -> kna_rope)."""
+  return config_name.removeprefix(TRANSFORMER_PREFIX)
+
+
 def label(config_name: str) -> str:
-  if config_name in NO_SCALING:
-    return NO_SCALING[config_name][0]
-  return EXTRA_VARIANTS.get(config_name, config_name)
+  name = seed_name(config_name)
+  suffix = " (Transformer)" if name != config_name else ""
+  if name in NO_SCALING:
+    return NO_SCALING[name][0] + suffix
+  return EXTRA_VARIANTS.get(name, name) + suffix

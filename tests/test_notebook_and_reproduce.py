@@ -41,3 +41,13 @@ def test_reproduce_trains_evaluates_skips_and_writes_the_page(tmp_path, capsys):
   out = capsys.readouterr().out
   assert out.count("trained, skipping") == 2 and "evaluating baseline" not in out
   assert again.split("## Run")[0] == page.split("## Run")[0]
+
+
+def test_reproduce_the_transformer(tmp_path):
+  page = reproduce("tiny", runs_dir=tmp_path / "runs", output=tmp_path / "page",
+                   variants=["baseline_logn_rope"], steps=2, data_dir=str(tmp_path / "tfds"),
+                   architecture="transformer").read_text()
+  assert (tmp_path / "runs" / "transformer_baseline_logn_rope" / "checkpoints" / "2").is_dir()
+  assert "(transformer)" in page and "| Baseline-log n (Transformer) | " in page
+  assert "49.40" in page and "75.86 / 47.06" in page       # beside the seed's GAU row
+  assert "entropy_within_train_by_head" in (tmp_path / "page" / "results.json").read_text()

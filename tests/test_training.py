@@ -52,6 +52,15 @@ def test_one_and_eight_devices_give_the_same_losses(tmp_path, data_dir, straight
   np.testing.assert_allclose([l for _, l in one], [l for _, l in _losses(straight_run)], rtol=1e-5)
 
 
+def test_one_and_eight_devices_give_the_same_losses_for_the_transformer(tmp_path, data_dir):
+  for n in (1, 8):
+    training.train_and_evaluate(tiny_config("transformer_kna_rope", data_dir=data_dir,
+                                            num_devices=n, num_train_steps=3), tmp_path / str(n))
+  one, eight = _losses(tmp_path / "1"), _losses(tmp_path / "8")
+  assert [s for s, _ in one] == [1, 2, 3]
+  np.testing.assert_allclose([l for _, l in one], [l for _, l in eight], rtol=1e-5)
+
+
 def test_stopped_and_resumed_run_matches_uninterrupted(tmp_path, data_dir, straight_run):
   config = tiny_config(data_dir=data_dir)
   training.train_and_evaluate(config, tmp_path, stop_after_steps=4)  # "killed" after step 4

@@ -1,8 +1,11 @@
 """Attention with the model's variant and position method, for one layer of either architecture.
 
 Given q, k, v per head, it asks the position method for this layer's AttentionSpec, lets the
-evaluation column (an inference-time method) rewrite it, builds the learned biases, and calls
-attention.attend. It records key norms and attention entropy for the diagnostics (`sow`).
+evaluation column (an inference-time method) rewrite it, builds the learned biases, and runs the
+attention: fused (attention.fused: jax.nn.dot_product_attention on pre-scaled q, k) where the setting
+allows it, else the einsum reference path (attention.attend). While the diagnostics collect
+"intermediates" it always takes the einsum path, which also gives the attention entropy, and it
+records key norms and entropy per head (`sow`).
 """
 
 import flax.linen as nn
@@ -10,6 +13,7 @@ import jax.numpy as jnp
 
 from keynorm_jax import positions
 from keynorm_jax.attention import attend
+from keynorm_jax.attention.fused import CannotFuse, can_fuse, fused_attention
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias, SSMaxScale
 
@@ -40,9 +44,19 @@ class PositionalAttention(nn.Module):
     elif spec.learned_bias == "fire":
       score_bias = FireBias(cfg.heads, cfg.train_length, name="fire")()
     ssmax = SSMaxScale(cfg.heads, cfg.train_length, name="ssmax")() if cfg.ssmax else None
-    out, entropy = attend(q, k, v, variant=cfg.attention, positions=positions_BxT,
-                          cosa_scale=cfg.resolved_cosa_scale, score_bias=score_bias,
-                          ssmax_scale=ssmax, **kwargs)
+    kwargs.update(variant=cfg.attention, cosa_scale=cfg.resolved_cosa_scale,
+                  score_bias=score_bias, ssmax_scale=ssmax)
     self.sow("intermediates", "key_norm", jnp.linalg.norm(k.astype(jnp.float32), axis=-1))
+    if not self.is_mutable_collection("intermediates"):
+      # Positions are 0..T-1 unless the method draws random training positions: say so (None),
+      # so that the fused kernel can count a window by index.
+      fused_kwargs = dict(kwargs, positions=(positions_BxT if cfg.position_method.random_positions
+                                             else None))
+      if can_fuse(fused_kwargs):
+        try:
+          return fused_attention(q, k, v, **fused_kwargs)
+        except CannotFuse:
+          pass
+    out, entropy = attend(q, k, v, positions=positions_BxT, **kwargs)
     self.sow("intermediates", "attention_entropy", entropy)
     return out

@@ -34,7 +34,7 @@ class ModelConfig:
   # GAU.
   expansion: int = 64
   qk_size: int = 16
-  norm_position: str = "post"
+  norm_position: str | None = None  # None: the architecture's own (GAU post, Transformer pre)
   # Transformer.
   num_heads: int = 0
   head_dim: int = 0
@@ -63,6 +63,8 @@ class ModelConfig:
       options = tuple(sorted(dict(options).items()))
       object.__setattr__(self, "position_options", options)
     _choice("architecture", self.architecture, ARCHITECTURES)
+    if self.norm_position is None:
+      object.__setattr__(self, "norm_position", "post" if self.architecture == "gau" else "pre")
     _choice("attention", self.attention, VARIANTS)
     _choice("qk_norm", self.qk_norm, QK_NORMS)
     _choice("norm_position", self.norm_position, NORM_POSITIONS)
@@ -76,6 +78,8 @@ class ModelConfig:
       for name in ("expansion", "qk_size"):
         if getattr(self, name) < 1:
           raise ConfigError(f"model.{name} must be at least 1, got {getattr(self, name)}.")
+    if self.architecture == "transformer":
+      self._check_transformer()
     if self.head_size % 2:
       raise ConfigError(f"The attention head size must be even (RoPE rotates pairs), got "
                         f"{self.head_size}.")
@@ -92,6 +96,18 @@ class ModelConfig:
     reason = method.refuse(attention=self.attention, num_heads=self.heads, logn=self.logn)
     if reason:
       raise ConfigError(f"model.position={self.position!r} cannot run here: {reason}.")
+
+  def _check_transformer(self):
+    if self.norm_position != "pre":
+      raise ConfigError(f"model.norm_position={self.norm_position!r}: the Transformer is pre-norm "
+                        f"by definition (post-norm is a GAU option); set model.norm_position=pre.")
+    for name in ("num_heads", "head_dim", "num_kv_heads", "mlp_size"):
+      if getattr(self, name) < 0:
+        raise ConfigError(f"model.{name} must be >= 0 (0 = its default), got "
+                          f"{getattr(self, name)}.")
+    if not self.head_dim and self.d_model % self.heads:
+      raise ConfigError(f"model.d_model={self.d_model} is not a multiple of "
+                        f"model.num_heads={self.heads}; set model.head_dim.")
 
   @property
   def position_method(self) -> positions.TrainingMethod:

@@ -1,0 +1,90 @@
+"""Multi-head pre-norm Transformer language model, no biases.
+
+  x = x + dropout(W_o Attn(q, k, v)),   q, k, v = Norm(x) W_q, W_k, W_v   (heads of size S)
+  x = x + dropout(MLP(Norm(x)))
+  SwiGLU: (silu(x W_gate) * (x W_up)) W_down     GELU: gelu(x W_up) W_down   (exact GELU)
+  logits = head(Norm(x))                         (tied to the embedding as an option)
+
+Norm is RMSNorm with a gain (LayerNorm with a gain as an option; no bias anywhere). Attention is
+causal and per head: H query heads, num_kv_heads key/value heads (grouped-query attention when
+fewer), the variant, QK-norm (per head over the head size, one gain shared by the heads), SSMax
+and the position method as in the GAU (models/attention_block.py); absolute positions are added to
+the token embedding by the Embedder.
+"""
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from keynorm_jax import positions
+from keynorm_jax.models.attention_block import PositionalAttention
+from keynorm_jax.models.config import ModelConfig
+from keynorm_jax.models.layers import norm_layer
+from keynorm_jax.models.lm_parts import Embedder, sequence_positions
+
+
+def block_norm(kind: str, name: str) -> nn.Module:
+  """The pre-norm of a block and the final norm: RMSNorm or LayerNorm, gain only (no bias)."""
+  if kind == "layernorm":
+    return nn.LayerNorm(epsilon=1e-6, use_bias=False, name=name)
+  return nn.RMSNorm(epsilon=1e-6, name=name)
+
+
+class MLP(nn.Module):
+  """SwiGLU or GELU feed-forward block, no biases."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.config
+    dense = lambda features, name: nn.Dense(features, use_bias=False,
+                                            dtype=jnp.dtype(cfg.compute_dtype), name=name)
+    width = cfg.resolved_mlp_size
+    if cfg.mlp == "swiglu":
+      hidden = nn.silu(dense(width, "gate")(x)) * dense(width, "up")(x)
+    else:
+      hidden = nn.gelu(dense(width, "up")(x), approximate=False)
+    return dense(x.shape[-1], "down")(hidden)
+
+
+class TransformerBlock(nn.Module):
+  config: ModelConfig
+  layer: int
+  column: positions.EvalColumn
+
+  @nn.compact
+  def __call__(self, x, positions_BxT, deterministic: bool):
+    cfg = self.config
+    dense = lambda features, name: nn.Dense(features, use_bias=False,
+                                            dtype=jnp.dtype(cfg.compute_dtype), name=name)
+    batch, length, _ = x.shape
+    heads, kv_heads, size = cfg.heads, cfg.kv_heads, cfg.head_size
+    h = block_norm(cfg.norm, "attention_norm")(x)
+    q = dense(heads * size, "query")(h).reshape(batch, length, heads, size)
+    k = dense(kv_heads * size, "key")(h).reshape(batch, length, kv_heads, size)
+    v = dense(kv_heads * size, "value")(h).reshape(batch, length, kv_heads, size)
+    if cfg.qk_norm != "none":
+      q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
+    out = PositionalAttention(cfg, self.layer, self.column, name="attention")(q, k, v,
+                                                                             positions_BxT)
+    out = dense(x.shape[-1], "out")(out.reshape(batch, length, heads * size))
+    x = x + nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
+    out = MLP(cfg, name="mlp")(block_norm(cfg.norm, "mlp_norm")(x))
+    return x + nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
+
+
+class TransformerLM(nn.Module):
+  """Byte-level causal LM: tokens [B, T] -> logits [B, T, vocab] (float32)."""
+  config: ModelConfig
+  column: positions.EvalColumn = positions.EvalColumn()
+
+  @nn.compact
+  def __call__(self, tokens_BxT, deterministic: bool = True):
+    cfg = self.config
+    batch, length = tokens_BxT.shape
+    positions_BxT = sequence_positions(self, cfg, batch, length, deterministic)
+    column = self.column.at(length, cfg.train_length)
+    embedder = Embedder(cfg, name="embedder")
+    x = embedder(tokens_BxT, positions_BxT)
+    for i in range(cfg.num_layers):
+      x = TransformerBlock(cfg, i, column, name=f"layer_{i}")(x, positions_BxT, deterministic)
+    return embedder.logits(block_norm(cfg.norm, "final_norm")(x))
