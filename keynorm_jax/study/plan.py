@@ -38,16 +38,23 @@ class StudyRun:
     return f"{self.config}__seed{self.seed}"
 
 
+# First the runs that answer the most: the Transformer's KeyNorm question (GAU vs Transformer for
+# Baseline, KNA, CosA-log n and QK-norm), then the GAU field table, the Transformer's other rows and
+# the seeds.
+FIRST = ("transformer_baseline_rope", "transformer_kna_rope", "baseline_rope", "kna_rope",
+         "transformer_cosa_logn_rope", "transformer_qknorm_rope", "cosa_logn_rope", "qknorm_rope")
+
+
 def field_runs() -> list[StudyRun]:
   gau = [f"{a}_{p}" for p in positions.TRAINING_METHODS.names() for a in ("baseline", "kna")]
-  gau += ["qknorm_rope", "qkln_rope", "ssmax_rope", "cosa_logn_rope"]
+  gau += ["qkln_rope", "ssmax_rope"]
   transformer = [f"transformer_{a}" for a in (
-      "baseline_rope", "kna_rope", "cosa_logn_rope", "qknorm_rope", "baseline_alibi",
-      "kna_alibi", "baseline_nope", "kna_nope")]
+      "baseline_alibi", "kna_alibi", "baseline_nope", "kna_nope")]
   seeds = [StudyRun(f"{prefix}{name}", seed) for seed in (1, 2)
            for prefix in ("", "transformer_")
            for name in ("baseline_rope", "kna_rope", "cosa_logn_rope", "baseline_alibi")]
-  return [StudyRun(c) for c in gau + transformer] + seeds
+  names = list(FIRST) + [c for c in gau + transformer if c not in FIRST]
+  return [StudyRun(c) for c in names] + seeds
 
 
 def inference_options(position: str) -> tuple[str, ...]:
