@@ -15,7 +15,9 @@ those, and the attention entropy the diagnostics record, stay on the einsum path
 
 The kernel: cuDNN flash attention on a GPU in bfloat16 / float16; where cuDNN refuses the shape
 or dtype, XLA's, with a log line. XLA's kernel scores all T x T pairs at once, so it is refused
-(CannotFuse) past the length at which einsum.attend switches to query blocks.
+(CannotFuse) past the length at which einsum.attend switches to query blocks. q', k' (and, for
+cuDNN, the ALiBi bias) enter the kernel in the inputs' dtype; in bfloat16 that rounds them, which
+einsum.attend (all float32) does not.
 
 When it is worth it (`worth_fusing`): with cuDNN only. XLA's kernel computes what einsum.attend
 computes (einsum, mask, float32 softmax, einsum) and was measured slower on CPU (forward and
