@@ -185,7 +185,7 @@ def test_cudnn_refusal_falls_back_to_xla_with_a_log_line(monkeypatch, caplog):
     fused.fused_attention(q, k, v, variant="kna", query_block=8)
 
 
-def test_model_dispatch_fuses_except_for_diagnostics(monkeypatch):
+def test_model_dispatch_fuses_where_worth_it_and_never_for_diagnostics(monkeypatch):
   cfg = ModelConfig(architecture="transformer", num_layers=2, d_model=16, num_heads=2,
                     attention="kna", position="alibi", train_length=8)
   model = TransformerLM(cfg)
@@ -195,8 +195,14 @@ def test_model_dispatch_fuses_except_for_diagnostics(monkeypatch):
   real = attention_block.fused_attention
   monkeypatch.setattr(attention_block, "fused_attention",
                       lambda *a, **kw: calls.append(1) or real(*a, **kw))
+  einsum_out = np.asarray(model.apply({"params": params}, tokens))
+  assert not calls                                  # float32 on CPU: XLA's kernel, not worth it
+  monkeypatch.setattr(fused, "FUSE_ON_XLA", True)
   fused_out = np.asarray(model.apply({"params": params}, tokens))
-  assert len(calls) == 2                                               # one per layer
-  diagnosed, state = model.apply({"params": params}, tokens, mutable=["intermediates"])
+  assert len(calls) == 2                            # one per layer
+  np.testing.assert_allclose(fused_out, einsum_out, atol=1e-5, rtol=1e-5)
+  _, state = model.apply({"params": params}, tokens, mutable=["intermediates"])
   assert len(calls) == 2 and "attention_entropy" in state["intermediates"]["layer_0"]["attention"]
-  np.testing.assert_allclose(fused_out, np.asarray(diagnosed), atol=1e-5, rtol=1e-5)
+  monkeypatch.setattr(fused, "FUSE_ON_XLA", False)
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  assert fused.worth_fusing(jnp.bfloat16) and not fused.worth_fusing(jnp.float32)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import run_config
+from keynorm_jax.attention import fused
 from keynorm_jax.diagnostics import run_diagnostics
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.models import GAULM, ModelConfig, build_model, count_params
@@ -85,7 +86,9 @@ BLOCKS = [
 
 
 @pytest.mark.parametrize("changes", BLOCKS)
-def test_transformer_block_matches_numpy(changes):
+@pytest.mark.parametrize("fuse", [False, True], ids=["einsum", "fused"])
+def test_transformer_block_matches_numpy(changes, fuse, monkeypatch):
+  monkeypatch.setattr(fused, "FUSE_ON_XLA", fuse)   # both attention paths, where they apply
   cfg = _transformer(**changes)
   x = np.random.default_rng(1).normal(size=(2, T, D)).astype(np.float32)
   pos = np.broadcast_to(np.arange(T), (2, T))

@@ -15,7 +15,14 @@ those, and the attention entropy the diagnostics record, stay on the einsum path
 
 The kernel: cuDNN flash attention on a GPU in bfloat16 / float16; where cuDNN refuses the shape
 or dtype, XLA's, with a log line. XLA's kernel scores all T x T pairs at once, so it is refused
-(CannotFuse) past the length at which einsum.attend switches to query blocks.
+(CannotFuse) past the length at which einsum.attend switches to query blocks. q', k' (and, for
+cuDNN, the ALiBi bias) enter the kernel in the inputs' dtype; in bfloat16 that rounds them, which
+einsum.attend (all float32) does not.
+
+When it is worth it (`worth_fusing`): with cuDNN only. XLA's kernel computes what einsum.attend
+computes (einsum, mask, float32 softmax, einsum) and was measured slower on CPU (forward and
+backward of 8 x 512 tokens, 4 heads of 48: 0.34 s against einsum.attend's 0.20 s, 2-core CPU,
+jax 0.10.2), so the models use it only if FUSE_ON_XLA is set.
 """
 
 from absl import logging
@@ -27,6 +34,7 @@ from keynorm_jax.attention.einsum import (_check_options, _query_multiplier, _sc
 from keynorm_jax.rope import apply_rope
 
 _CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
+FUSE_ON_XLA = False  # models fuse with XLA's kernel too (not faster than einsum.attend on CPU)
 _logged: set = set()
 
 
@@ -59,11 +67,17 @@ def _log_once(message):
     logging.warning("%s", message)
 
 
-def _implementation(dtype) -> str:
-  """'cudnn' on a GPU in bfloat16 / float16, else 'xla'."""
+def implementation_for(dtype) -> str:
+  """The kernel fused_attention picks for inputs of `dtype`: 'cudnn' on a GPU in bfloat16 /
+  float16, else 'xla'."""
   if jax.default_backend() == "gpu" and any(dtype == d for d in _CUDNN_DTYPES):
     return "cudnn"
   return "xla"
+
+
+def worth_fusing(dtype) -> bool:
+  """Whether a model should take the fused path for inputs of `dtype` (see the module's note)."""
+  return FUSE_ON_XLA or implementation_for(dtype) == "cudnn"
 
 
 def fused_attention(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
@@ -92,7 +106,7 @@ def fused_attention(q, k, v, *, variant, inv_freq=None, positions=None, logn_bas
     raise CannotFuse(f"values of size {v.shape[-1]} beside queries and keys of size {size}")
   if heads % k.shape[2]:
     raise ValueError(f"{heads} query heads cannot share {k.shape[2]} key/value heads evenly.")
-  implementation = implementation or _implementation(v.dtype)
+  implementation = implementation or implementation_for(v.dtype)
   if implementation not in ("xla", "cudnn"):
     raise ValueError(f"implementation must be xla or cudnn (or None), got {implementation!r}.")
   xla_fits = (query_block or query_block_size(length)) >= length

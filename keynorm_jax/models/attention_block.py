@@ -3,7 +3,8 @@
 Given q, k, v per head, it asks the position method for this layer's AttentionSpec, lets the
 evaluation column (an inference-time method) rewrite it, builds the learned biases, and runs the
 attention: fused (attention.fused: jax.nn.dot_product_attention on pre-scaled q, k) where the setting
-allows it, else the einsum reference path (attention.attend). While the diagnostics collect
+allows it and the kernel is worth it (cuDNN), else the einsum reference path (attention.attend).
+While the diagnostics collect
 "intermediates" it always takes the einsum path, which also gives the attention entropy, and it
 records key norms and entropy per head (`sow`).
 """
@@ -13,6 +14,7 @@ import jax.numpy as jnp
 
 from keynorm_jax import positions
 from keynorm_jax.attention import attend
+from keynorm_jax.attention import fused
 from keynorm_jax.attention.fused import CannotFuse, can_fuse, fused_attention
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias, SSMaxScale
@@ -47,7 +49,7 @@ class PositionalAttention(nn.Module):
     kwargs.update(variant=cfg.attention, cosa_scale=cfg.resolved_cosa_scale,
                   score_bias=score_bias, ssmax_scale=ssmax)
     self.sow("intermediates", "key_norm", jnp.linalg.norm(k.astype(jnp.float32), axis=-1))
-    if not self.is_mutable_collection("intermediates"):
+    if fused.worth_fusing(v.dtype) and not self.is_mutable_collection("intermediates"):
       # Positions are 0..T-1 unless the method draws random training positions: say so (None),
       # so that the fused kernel can count a window by index.
       fused_kwargs = dict(kwargs, positions=(positions_BxT if cfg.position_method.random_positions
