@@ -43,7 +43,8 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.norm = "rmsnorm"              # Transformer: rmsnorm / layernorm (pre-norm, learnable gain)
   m.tie_embeddings = False
   m.dropout = 0.0
-  m.compute_dtype = "float32"     # or bfloat16 (softmax stays float32)
+  m.compute_dtype = "float32"     # or bfloat16 (softmax stays float32; parameters float32)
+  m.remat = False                 # recompute each layer in the backward pass (less memory)
 
   # Training.
   c.train_length = 512
@@ -56,6 +57,7 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   c.grad_clip_norm = 1.0
   c.seed = 0
   c.num_devices = 0               # 0 = every device; the global batch is split over them
+  c.fsdp = 1                      # devices that share each parameter and optimizer array (FSDP)
 
   # Logging, evaluation at the training length, checkpoints.
   c.log_every_steps = 10

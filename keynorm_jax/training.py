@@ -46,12 +46,17 @@ def init_state(model, tx, seed: int, train_length: int):
 
 
 def abstract_state(model, tx, seed: int, train_length: int, state_sharding=None):
-  """Shapes, dtypes (and shardings) of the train state, for restoring without initializing."""
+  """Shapes, dtypes (and shardings) of the train state, for restoring without initializing.
+
+  state_sharding: None, one sharding for every array, or a pytree of shardings like the state.
+  """
   shapes = jax.eval_shape(lambda: init_state(model, tx, seed, train_length))
   if state_sharding is None:
     return shapes
-  return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=state_sharding),
-                      shapes)
+  if isinstance(state_sharding, jax.sharding.Sharding):
+    state_sharding = jax.tree.map(lambda _: state_sharding, shapes)
+  return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                      shapes, state_sharding)
 
 
 def make_train_step(model, tx, dropout_key):
@@ -102,7 +107,8 @@ def _non_finite(metrics: dict) -> str | None:
 def _non_finite_error(problem: str, step: int, last_good, config, workdir) -> NonFiniteLossError:
   knobs = (f"a lower --config.learning_rate (now {config.learning_rate:g}) or a larger "
            f"--config.warmup_steps (now {config.warmup_steps})")
-  problem = f"{problem[0].upper()}{problem[1:]} at step {step}; nothing non-finite was saved."
+  problem = (f"{problem[0].upper()}{problem[1:]} at or before step {step} (metrics are checked "
+             f"at every log, eval and checkpoint step); nothing non-finite was saved.")
   if last_good is None:
     return NonFiniteLossError(
         f"{problem} No checkpoint was written before it in {workdir / 'checkpoints'}, so there "
@@ -142,7 +148,7 @@ def train_and_evaluate(config, workdir, *, stop_after_steps=None, allow_config_c
   user_config = config.to_dict()  # as the user set it, before derived defaults are filled in
   config = run_config.resolve(config)
   config_changes.check_allowed_names(allow_config_change)
-  mesh = sharding.make_mesh(config.num_devices)
+  mesh = sharding.make_mesh(config.num_devices, config.fsdp)
   run_config.validate(config, mesh.size)
   workdir = disk.ensure_writable(workdir, what="the workdir",
                                  fix="choose a writable --workdir").resolve()
@@ -174,7 +180,8 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
   model = run_config.build_model(config)
   tx = make_optimizer(config)
   schedule = learning_rate_schedule(config)
-  state_sharding = sharding.replicated(mesh)
+  state_sharding = sharding.state_shardings(  # replicated, or split over fsdp
+      mesh, jax.eval_shape(lambda: init_state(model, tx, config.seed, config.train_length)))
   target = abstract_state(model, tx, config.seed, config.train_length, state_sharding)
   checkpoints = RunCheckpoints(workdir)
   restored = checkpoints.restore_latest(lambda *_: state_restore_args(target), with_data=True)
@@ -219,12 +226,17 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
   try:
     for step in range(start_step + 1, config.num_train_steps + 1):
       batch = sharding.global_batch(mesh, next(batches))
-      state, metrics = train_step(state, batch)
-      metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-      now = time.perf_counter()
+      state, metrics = train_step(state, batch)  # dispatched; the host does not wait for it
       checkpoints.poll()
+      progress.update(1)
       last = step == config.num_train_steps
       evaluate = step % config.eval_every_steps == 0 or last
+      stopping = stop_after_steps is not None and step >= stop_after_steps
+      if not (step % config.log_every_steps == 0 or evaluate or stopping
+              or step % config.checkpoint_every_steps == 0):
+        continue  # metrics are fetched (and checked for NaN) only at log / eval / save steps
+      metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+      now = time.perf_counter()
       if evaluate and _non_finite(metrics) is None:
         correct, nll = score_windows(scorer, state["params"], validation, config.batch_size)
         metrics.update(eval_loss=float(nll.mean()), eval_accuracy=float(correct.mean()))
@@ -233,7 +245,6 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
         checkpoints.wait()
         raise _non_finite_error(problem, step, last_good, config, workdir)
       del metrics["state_finite"]
-      progress.update(1)
       progress.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['accuracy']:.3f}")
       if step % config.log_every_steps == 0 or evaluate:
         tokens = (step - tick_step) * config.batch_size * config.train_length
@@ -244,7 +255,7 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
       if step % config.checkpoint_every_steps == 0 or last:
         checkpoints.save(step, state, batches.get_state(), config.to_dict(), history)
         last_good = step
-      if stop_after_steps is not None and step >= stop_after_steps:
+      if stopping:
         break
     finished = True
   finally:

@@ -4,11 +4,13 @@ import pathlib
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from keynorm_jax import run_config, training
+from keynorm_jax import run_config, sharding, training
+from keynorm_jax.optimizer import make_optimizer
 from keynorm_jax.metrics_writer import read_metrics
 from train_helpers import tiny_config
 
@@ -61,6 +63,34 @@ def test_one_and_eight_devices_give_the_same_losses_for_the_transformer(tmp_path
   np.testing.assert_allclose([l for _, l in one], [l for _, l in eight], rtol=1e-5)
 
 
+def test_fsdp_over_8_devices_gives_the_same_losses(tmp_path, data_dir, straight_run):
+  training.train_and_evaluate(tiny_config(data_dir=data_dir, num_devices=8, fsdp=4), tmp_path)
+  np.testing.assert_allclose([l for _, l in _losses(tmp_path)],
+                             [l for _, l in _losses(straight_run)], rtol=1e-5)
+
+
+def test_fsdp_splits_parameters_and_optimizer_state():
+  config = run_config.resolve(tiny_config())
+  model, tx = run_config.build_model(config), make_optimizer(config)
+  shapes = jax.eval_shape(lambda: training.init_state(model, tx, 0, 32))
+  mesh = sharding.make_mesh(8, fsdp=4)
+  state = jax.device_put(training.init_state(model, tx, 0, 32),
+                         sharding.state_shardings(mesh, shapes))
+  wi = state["params"]["layer_0"]["wi"]["kernel"]                          # [32, 144]
+  assert wi.addressable_shards[0].data.shape == (32, 36)                   # 144 / 4
+  mu = state["opt_state"][1][0].mu["layer_0"]["wi"]["kernel"]
+  assert mu.addressable_shards[0].data.shape == (32, 36)
+  assert state["step"].sharding.is_fully_replicated
+
+
+def test_remat_changes_no_number(tmp_path, data_dir, straight_run):
+  config = tiny_config(data_dir=data_dir)
+  config.model.remat = True
+  training.train_and_evaluate(config, tmp_path)
+  np.testing.assert_allclose([l for _, l in _losses(tmp_path)],
+                             [l for _, l in _losses(straight_run)], rtol=1e-6)
+
+
 def test_stopped_and_resumed_run_matches_uninterrupted(tmp_path, data_dir, straight_run):
   config = tiny_config(data_dir=data_dir)
   training.train_and_evaluate(config, tmp_path, stop_after_steps=4)  # "killed" after step 4
@@ -91,7 +121,8 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_dir, m
   monkeypatch.setattr(training, "token_scores",
                       lambda logits, targets: (real(logits, targets)[0],
                                                jnp.full(targets.shape, jnp.nan)))
-  with pytest.raises(training.NonFiniteLossError, match=r"nan at step 4.*\(step 3\) is kept"):
+  with pytest.raises(training.NonFiniteLossError,
+                     match=r"nan at or before step 4.*\(step 3\) is kept"):
     training.train_and_evaluate(config, tmp_path)
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["3"]
 

@@ -55,6 +55,7 @@ class ModelConfig:
   position_options: tuple = ()
   rope_theta: float = 10000.0
   compute_dtype: str = "float32"
+  remat: bool = False
   train_length: int = 512
 
   def __post_init__(self):

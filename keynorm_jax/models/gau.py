@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from keynorm_jax import positions
 from keynorm_jax.models.attention_block import PositionalAttention
 from keynorm_jax.models.config import ModelConfig
-from keynorm_jax.models.layers import ScaleOffset, norm_layer, rms_norm
+from keynorm_jax.models.layers import ScaleOffset, maybe_remat, norm_layer, rms_norm
 from keynorm_jax.models.lm_parts import Embedder, sequence_positions
 
 
@@ -57,7 +57,7 @@ class GAULM(nn.Module):
     if post:
       x = rms_norm(x)
     for i in range(cfg.num_layers):
-      layer = GAULayer(cfg, i, column, name=f"layer_{i}")
+      layer = maybe_remat(GAULayer, cfg.remat)(cfg, i, column, name=f"layer_{i}")
       if post:
         x = rms_norm(x + layer(x, positions_BxT, deterministic))
       else:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from keynorm_jax import positions
 from keynorm_jax.models.attention_block import PositionalAttention
 from keynorm_jax.models.config import ModelConfig
-from keynorm_jax.models.layers import norm_layer
+from keynorm_jax.models.layers import maybe_remat, norm_layer
 from keynorm_jax.models.lm_parts import Embedder, sequence_positions
 
 
@@ -86,5 +86,6 @@ class TransformerLM(nn.Module):
     embedder = Embedder(cfg, name="embedder")
     x = embedder(tokens_BxT, positions_BxT)
     for i in range(cfg.num_layers):
-      x = TransformerBlock(cfg, i, column, name=f"layer_{i}")(x, positions_BxT, deterministic)
+      block = maybe_remat(TransformerBlock, cfg.remat)(cfg, i, column, name=f"layer_{i}")
+      x = block(x, positions_BxT, deterministic)
     return embedder.logits(block_norm(cfg.norm, "final_norm")(x))
