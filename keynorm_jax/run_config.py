@@ -35,6 +35,9 @@ MODEL_SIZES = {
         # The seed's ~100M GAU (24 layers, d 768, e 1536, s 128) for accelerators.
         "seed": dict(model=dict(num_layers=24, d_model=768, expansion=1536, qk_size=128),
                      batch_size=32, num_train_steps=20000, learning_rate=5e-4),
+        # ~1.0 B parameters, for several accelerators with --config.fsdp (benchmarks/fsdp_memory.py).
+        "1b": dict(model=dict(num_layers=40, d_model=2048, expansion=4096, qk_size=128),
+                   batch_size=64, num_train_steps=20000, learning_rate=3e-4),
     },
     "transformer": {
         # For tests: 2 heads of 16, SwiGLU 88; 42 K parameters.
@@ -47,6 +50,9 @@ MODEL_SIZES = {
         # GPT-2 small's shape: 12 heads of 64, SwiGLU 2048; 85 M parameters (byte vocabulary).
         "seed": dict(model=dict(num_layers=12, d_model=768, num_heads=12),
                      batch_size=32, num_train_steps=20000, learning_rate=5e-4),
+        # ~1.0 B parameters: 20 layers, 16 heads of 128, SwiGLU 5504 (benchmarks/fsdp_memory.py).
+        "1b": dict(model=dict(num_layers=20, d_model=2048, num_heads=16),
+                   batch_size=64, num_train_steps=20000, learning_rate=3e-4),
     },
 }
 
