@@ -77,11 +77,19 @@ def params_restore_args(abstract_params) -> ocp.args.PyTreeRestore:
       restore_args=jax.tree.map(lambda s: ocp.ArrayRestoreArgs(sharding=s.sharding), target))
 
 
-def saved_params_shapes(step_dir) -> dict:
-  """{key path: shape} of the parameters saved in a step (read from its metadata only)."""
+def check_params_match(step_dir, expected_params, *, fix: str) -> None:
+  """ConfigError naming the first differences between the parameters saved in a step (read
+  from its metadata only) and the ones this code builds: another version's model, not a
+  corrupt checkpoint. fix: what to do instead."""
   saved = ocp.PyTreeCheckpointHandler().metadata(epath.Path(step_dir) / "state").tree
-  return {jax.tree_util.keystr(p): tuple(m.shape)
-          for p, m in jax.tree_util.tree_leaves_with_path(saved["params"])}
+  saved_shapes = {jax.tree_util.keystr(p): tuple(m.shape)
+                  for p, m in jax.tree_util.tree_leaves_with_path(saved["params"])}
+  expected_shapes = {jax.tree_util.keystr(p): tuple(s.shape)
+                     for p, s in jax.tree_util.tree_leaves_with_path(expected_params)}
+  if saved_shapes != expected_shapes:
+    diff = sorted(set(saved_shapes.items()) ^ set(expected_shapes.items()))[:4]
+    raise ConfigError(f"The parameters in {step_dir} do not match the model this code builds "
+                      f"from its config (first differences: {diff}). {fix}")
 
 
 class RunCheckpoints:
@@ -250,13 +258,18 @@ class RunCheckpoints:
 
   def poll(self) -> None:
     """Lists a finished save in its checksum manifest (cheap to call after every step)."""
-    if self._pending is not None and (self.directory / str(self._pending)).is_dir():
+    step = self._pending
+    if step is not None and (self.directory / str(step)).is_dir():
+      self._pending = None
       if jax.process_index() == 0:
         try:
-          checksums.write_manifest(self.directory / str(self._pending))
+          checksums.write_manifest(self.directory / str(step))
         except OSError as e:
-          self._raise_save_error(e)
-      self._pending = None
+          full = "the disk is full" if disk.is_disk_full(e) else _first_line(e)
+          raise (disk.DiskError if disk.is_disk_full(e) else CheckpointError)(
+              f"Checkpoint {step} in {self.directory} is complete, but its checksum manifest "
+              f"could not be written ({full}); it will be restored unverified. Free some space "
+              f"and run the same command again to resume.") from None
 
   def wait(self) -> None:
     """Blocks until the save in progress is finished (and listed); raises if it failed."""

@@ -21,7 +21,8 @@ import optax
 import tqdm
 
 from keynorm_jax import config_changes, corpora, disk, run_config, sharding, workdir_lock
-from keynorm_jax.checkpointing import CheckpointError, RunCheckpoints, state_restore_args
+from keynorm_jax.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
+                                       state_restore_args)
 from keynorm_jax.eval_sets import eval_windows
 from keynorm_jax.metrics_writer import MetricsWriter
 from keynorm_jax.model import GAULM, count_params
@@ -177,7 +178,14 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
   state_sharding = sharding.replicated(mesh)
   target = abstract_state(model, tx, config.seed, config.train_length, state_sharding)
   checkpoints = RunCheckpoints(workdir)
-  restored = checkpoints.restore_latest(lambda *_: state_restore_args(target), with_data=True)
+
+  def state_args(config_dict, step_dir):  # another version's model is refused, not set aside
+    del config_dict
+    check_params_match(step_dir, target["params"], fix="Resume it with the version of "
+                       "keynorm-jax that trained it, or pass another --workdir.")
+    return state_restore_args(target)
+
+  restored = checkpoints.restore_latest(state_args, with_data=True)
   batches = iter(dataset)
   changed = {}
   if restored is None:

@@ -7,6 +7,7 @@ under a regular file (which no user can create), never by chmod.
 """
 
 import collections
+import dataclasses
 import errno
 import json
 import os
@@ -325,6 +326,21 @@ def test_latest_checkpoint_without_manifest_after_kill_is_restored_then_listed(s
   assert "Note: checkpoint 6 has no checksum manifest yet" in capsys.readouterr().out
   assert _steps(workdir) == [3, 6] and checksums.verify(workdir / "checkpoints" / "6")
   assert _losses(workdir) == _losses(straight)
+
+
+def test_checkpoint_of_another_model_version_is_refused_not_set_aside(tmp_path, data_dir,
+                                                                     monkeypatch):
+  """Same config, but the code that saved it built other parameters (here: tied embeddings)."""
+  real = run_config.gau_config
+  with monkeypatch.context() as patch:
+    patch.setattr(run_config, "gau_config",
+                  lambda config: dataclasses.replace(real(config), tie_embeddings=True))
+    training.train_and_evaluate(tiny_config(data_dir=data_dir, num_train_steps=3), tmp_path)
+  with pytest.raises(run_config.ConfigError, match=r"parameters in .*checkpoints/3 do not match "
+                                                   r"the model this code builds.*Resume it with "
+                                                   r"the version of keynorm-jax that trained it"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir, num_train_steps=3), tmp_path)
+  assert _steps(tmp_path) == [3] and not (tmp_path / "corrupt_checkpoints").exists()
 
 
 def test_all_checkpoints_corrupt_refuses_to_start_over(straight, tmp_path, data_dir):
