@@ -30,8 +30,8 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import downloader as tfds_downloader
 from tensorboardX.proto import event_pb2
 
-from keynorm_jax import (checkpointing, checksums, config_changes, corpora, disk, run_config,
-                         training, workdir_lock)
+from keynorm_jax import (checkpoint_writer, checkpointing, checksums, config_changes, corpora,
+                         disk, run_config, training, workdir_lock)
 from keynorm_jax.eval_command import evaluate_workdir
 from keynorm_jax.evaluation import ScalingRequest
 from keynorm_jax.metrics_writer import MetricsWriter, read_metrics
@@ -457,7 +457,7 @@ def test_full_disk_during_a_save_keeps_the_previous_checkpoint(straight, tmp_pat
 def test_too_little_room_for_a_checkpoint_stops_before_writing(straight, tmp_path, data_dir,
                                                                monkeypatch):
   workdir = _copy(straight, tmp_path, drop_steps=[6])
-  monkeypatch.setattr(checkpointing.shutil, "disk_usage",
+  monkeypatch.setattr(checkpoint_writer.shutil, "disk_usage",
                       lambda path: types.SimpleNamespace(total=10**9, used=10**9, free=1000))
   with pytest.raises(disk.DiskError, match=r"0.0 MiB are free under .*, less than checkpoint 6 "
                                            r"needs .* the previous checkpoint \(step 3\) is intact"):
