@@ -65,8 +65,8 @@ class CheckpointWriter:
     free = shutil.disk_usage(self.directory).free
     if free < needed:
       raise disk.DiskError(
-          f"The disk is full: {free / 2**20:.1f} MiB are free under {self.directory}, less than "
-          f"checkpoint {step} needs (about {needed / 2**20:.1f} MiB), so it was not saved; the "
+          f"The disk is full: {free / 2**20:.2f} MiB are free under {self.directory}, less than "
+          f"checkpoint {step} needs (about {needed / 2**20:.2f} MiB), so it was not saved; the "
           f"previous checkpoint (step {steps[-1]}) is intact. Free some space (or lower "
           f"--config.max_checkpoints_to_keep) and run the same command again to resume.")
 

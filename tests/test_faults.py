@@ -7,7 +7,6 @@ under a regular file (which no user can create), never by chmod.
 """
 
 import collections
-import dataclasses
 import errno
 import json
 import os
@@ -22,6 +21,7 @@ import types
 
 from etils import epath
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
@@ -330,11 +330,16 @@ def test_latest_checkpoint_without_manifest_after_kill_is_restored_then_listed(s
 
 def test_checkpoint_of_another_model_version_is_refused_not_set_aside(tmp_path, data_dir,
                                                                      monkeypatch):
-  """Same config, but the code that saved it built other parameters (here: tied embeddings)."""
-  real = run_config.gau_config
+  """Same config, but the code that saved it built other parameters (here: one more)."""
+  real = training.init_state
+
+  def init_state_of_another_version(model, tx, *args):
+    state = real(model, tx, *args)
+    params = {**state["params"], "gain_of_another_version": jnp.ones(2)}
+    return {**state, "params": params, "opt_state": tx.init(params)}
+
   with monkeypatch.context() as patch:
-    patch.setattr(run_config, "gau_config",
-                  lambda config: dataclasses.replace(real(config), tie_embeddings=True))
+    patch.setattr(training, "init_state", init_state_of_another_version)
     training.train_and_evaluate(tiny_config(data_dir=data_dir, num_train_steps=3), tmp_path)
   with pytest.raises(run_config.ConfigError, match=r"parameters in .*checkpoints/3 do not match "
                                                    r"the model this code builds.*Resume it with "
@@ -459,7 +464,7 @@ def test_too_little_room_for_a_checkpoint_stops_before_writing(straight, tmp_pat
   workdir = _copy(straight, tmp_path, drop_steps=[6])
   monkeypatch.setattr(checkpoint_writer.shutil, "disk_usage",
                       lambda path: types.SimpleNamespace(total=10**9, used=10**9, free=1000))
-  with pytest.raises(disk.DiskError, match=r"0.0 MiB are free under .*, less than checkpoint 6 "
+  with pytest.raises(disk.DiskError, match=r"0.00 MiB are free under .*, less than checkpoint 6 "
                                            r"needs .* the previous checkpoint \(step 3\) is intact"):
     training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
   assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["3"]
