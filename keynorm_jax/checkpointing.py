@@ -1,4 +1,5 @@
-"""Orbax checkpoints of a run: train state, data iterator state, resolved config, config history.
+"""Restoring a run's Orbax checkpoints (train state, data iterator state, resolved config, config
+history); checkpoint_writer.py saves them.
 
 Every finished checkpoint gets a SHA-256 manifest (keynorm_jax/checksums.py), checked before it is
 restored. A checkpoint that fails the check, fails to restore or holds non-finite values is corrupt:
@@ -20,10 +21,9 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
-from keynorm_jax import checksums, disk
+from keynorm_jax import checksums
 from keynorm_jax.run_config import ConfigError
 
-ITEMS = ("state", "data", "config", "history")
 _MAX_ATTEMPTS = 100  # steps tried by one restore_latest, however many a running writer adds
 
 
@@ -48,7 +48,16 @@ class Restored:
   verified: bool
 
 
-def _first_line(error: BaseException) -> str:
+def finished_steps(directory) -> list[int]:
+  """Finished steps, oldest first (Orbax names a step's folder only once it is complete)."""
+  try:
+    return sorted(int(p.name) for p in pathlib.Path(directory).iterdir()
+                  if p.name.isdigit() and p.is_dir())
+  except FileNotFoundError:
+    return []
+
+
+def first_line(error: BaseException) -> str:
   text = str(error).strip()
   return f"{type(error).__name__}: {text.splitlines()[0].rstrip('.') if text else ''}"
 
@@ -77,18 +86,26 @@ def params_restore_args(abstract_params) -> ocp.args.PyTreeRestore:
       restore_args=jax.tree.map(lambda s: ocp.ArrayRestoreArgs(sharding=s.sharding), target))
 
 
-def saved_params_shapes(step_dir) -> dict:
-  """{key path: shape} of the parameters saved in a step (read from its metadata only)."""
+def check_params_match(step_dir, expected_params, *, fix: str) -> None:
+  """ConfigError naming the first differences between the parameters saved in a step (read
+  from its metadata only) and the ones this code builds: another version's model, not a
+  corrupt checkpoint. fix: what to do instead."""
   saved = ocp.PyTreeCheckpointHandler().metadata(epath.Path(step_dir) / "state").tree
-  return {jax.tree_util.keystr(p): tuple(m.shape)
-          for p, m in jax.tree_util.tree_leaves_with_path(saved["params"])}
+  saved_shapes = {jax.tree_util.keystr(p): tuple(m.shape)
+                  for p, m in jax.tree_util.tree_leaves_with_path(saved["params"])}
+  expected_shapes = {jax.tree_util.keystr(p): tuple(s.shape)
+                     for p, s in jax.tree_util.tree_leaves_with_path(expected_params)}
+  if saved_shapes != expected_shapes:
+    diff = sorted(set(saved_shapes.items()) ^ set(expected_shapes.items()))[:4]
+    raise ConfigError(f"The parameters in {step_dir} do not match the model this code builds "
+                      f"from its config (first differences: {diff}). {fix}")
 
 
 class RunCheckpoints:
   """The checkpoints under <workdir>/checkpoints.
 
-  read_only: never move, write or create anything (the evaluator); otherwise `open_for_saving`
-  creates the folder when the run is ready to save.
+  read_only: never move or write anything (the evaluator); otherwise a checkpoint that does not
+  restore is moved to <workdir>/corrupt_checkpoints/ (saving: checkpoint_writer.py).
   warn: where one-line warnings go (default: printed).
   """
 
@@ -97,19 +114,9 @@ class RunCheckpoints:
     self.directory = self.workdir / "checkpoints"
     self.read_only = read_only
     self.warn = warn or (lambda message: print(message, flush=True))
-    self._manager = None
-    self._pending = None      # a step whose save was started but not yet listed in a manifest
-    self._saving = None       # the step whose save is in progress, if any
-
-  # ---- reading ----
 
   def steps(self) -> list[int]:
-    """Finished steps, oldest first (a step's folder gets its name only once complete)."""
-    try:
-      return sorted(int(p.name) for p in self.directory.iterdir()
-                    if p.name.isdigit() and p.is_dir())
-    except FileNotFoundError:
-      return []
+    return finished_steps(self.directory)
 
   @property
   def corrupt_directory(self) -> pathlib.Path:
@@ -164,7 +171,7 @@ class RunCheckpoints:
       except Exception as e:  # pylint: disable=broad-except  # any failure = unusable checkpoint
         if self._vanished(step):
           continue  # deleted by the run that writes it (it removes old checkpoints): re-list
-        reason = str(e) if isinstance(e, checksums.ChecksumMismatch) else _first_line(e)
+        reason = str(e) if isinstance(e, checksums.ChecksumMismatch) else first_line(e)
         errors.append(f"step {step}: {reason}")
         self._set_aside(step, reason)
         continue
@@ -201,104 +208,3 @@ class RunCheckpoints:
       shutil.move(str(self.directory / str(step)), str(target))
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices(f"keynorm_jax checkpoint {step} set aside")
-
-  # ---- writing ----
-
-  def open_for_saving(self, *, max_to_keep: int) -> None:
-    """Creates the checkpoints folder and removes saves that were cut off midway (killed, or
-    a full disk), which Orbax never lists, to give their space back. Only the one process that
-    holds the workdir's lock writes here, so none of them can be a save in progress."""
-    if jax.process_index() == 0 and self.directory.is_dir():
-      for partial in self.directory.glob("*.orbax-checkpoint-tmp*"):
-        shutil.rmtree(partial, ignore_errors=True)
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices("keynorm_jax partial checkpoints removed")
-    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
-                                           enable_async_checkpointing=True)
-    self._manager = ocp.CheckpointManager(self.directory, item_names=ITEMS, options=options)
-
-  def save(self, step: int, state, data_state: dict, config_dict: dict, history: dict) -> None:
-    """Starts saving `step` in the background (the previous save is finished first).
-
-    A save is not started when the disk has less room than the last checkpoint took: the run
-    stops with DiskError before a write fails midway.
-    """
-    self.wait()
-    self._check_room(step)
-    self._saving = step
-    try:
-      self._manager.save(step, args=ocp.args.Composite(
-          state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
-          config=ocp.args.JsonSave(config_dict), history=ocp.args.JsonSave(history)))
-    except Exception as e:  # pylint: disable=broad-except
-      self._raise_save_error(e)
-    self._pending = step
-
-  def _check_room(self, step: int) -> None:
-    steps = self.steps()
-    if not steps:
-      return
-    needed = sum(p.stat().st_size for p in (self.directory / str(steps[-1])).rglob("*")
-                 if p.is_file())
-    free = shutil.disk_usage(self.directory).free
-    if free < needed:
-      raise disk.DiskError(
-          f"The disk is full: {free / 2**20:.1f} MiB are free under {self.directory}, less than "
-          f"checkpoint {step} needs (about {needed / 2**20:.1f} MiB), so it was not saved; the "
-          f"previous checkpoint (step {steps[-1]}) is intact. Free some space (or lower "
-          f"--config.max_checkpoints_to_keep) and run the same command again to resume.")
-
-  def poll(self) -> None:
-    """Lists a finished save in its checksum manifest (cheap to call after every step)."""
-    if self._pending is not None and (self.directory / str(self._pending)).is_dir():
-      if jax.process_index() == 0:
-        try:
-          checksums.write_manifest(self.directory / str(self._pending))
-        except OSError as e:
-          self._raise_save_error(e)
-      self._pending = None
-
-  def wait(self) -> None:
-    """Blocks until the save in progress is finished (and listed); raises if it failed."""
-    if self._manager is None:
-      return
-    try:
-      self._manager.wait_until_finished()
-    except Exception as e:  # pylint: disable=broad-except
-      self._raise_save_error(e)
-    self._saving = None
-    self.poll()
-
-  def close(self, *, check: bool = True) -> None:
-    """Finishes the save in progress (raising if it failed, unless check is False: the run is
-    already ending with another error) and removes the checkpoints folder if it stayed empty."""
-    if self._manager is None:
-      return
-    try:
-      self.wait()
-    except Exception:  # pylint: disable=broad-except
-      if check:
-        raise
-    finally:
-      try:
-        self._manager.close()
-      except Exception:  # pylint: disable=broad-except  # reported by wait(), or not asked for
-        pass
-      self._manager = None
-      if jax.process_index() == 0 and self.directory.is_dir() and not any(
-          self.directory.iterdir()):
-        self.directory.rmdir()
-
-  def _raise_save_error(self, error: Exception):
-    step = self._saving if self._saving is not None else self._pending
-    self._saving = self._pending = None
-    kept = [s for s in self.steps() if s != step]
-    previous = (f"the previous checkpoint (step {kept[-1]}) is intact" if kept else
-                "no earlier checkpoint exists")
-    if disk.is_disk_full(error):
-      raise disk.DiskError(
-          f"The disk is full: saving checkpoint {step} to {self.directory} failed (No space left "
-          f"on device); {previous}. Free some space (or lower "
-          f"--config.max_checkpoints_to_keep) and run the same command again to resume.") from None
-    raise CheckpointError(f"Saving checkpoint {step} to {self.directory} failed "
-                          f"({_first_line(error)}); {previous}.") from error

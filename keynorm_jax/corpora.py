@@ -8,18 +8,20 @@ the 10% before them (at least one) validation, the rest train.
 """
 
 import concurrent.futures
-import logging
+import inspect
 import pathlib
 import socket
-import threading
+import urllib.parse
 
 import tensorflow_datasets as tfds
 
 from keynorm_jax import kjv_dataset
 
 SPLITS = ("train", "validation", "test")
-# Hosts tried (any one answering is enough) before downloading a TFDS dataset that is not prepared.
-NETWORK_PROBES = (("storage.googleapis.com", 443), ("huggingface.co", 443), ("pypi.org", 443))
+# Tried, besides the hosts in a TFDS dataset's own URL list, before waiting on its download.
+TFDS_MIRROR = ("storage.googleapis.com", 443)
+_TFDS_DOWNLOAD_AND_PREPARE = inspect.getattr_static(tfds.core.DatasetBuilder,
+                                                    "download_and_prepare")
 NETWORK_TIMEOUT_SECONDS = 3.0
 
 
@@ -66,11 +68,22 @@ def _connects(host: str, port: int) -> bool:
     return False
 
 
-def network_reachable() -> bool:
-  """Whether any of NETWORK_PROBES answers within NETWORK_TIMEOUT_SECONDS (name lookups
-  included, which can hang far longer on a machine without network)."""
-  pool = concurrent.futures.ThreadPoolExecutor(len(NETWORK_PROBES))
-  futures = [pool.submit(_connects, host, port) for host, port in NETWORK_PROBES]
+def download_hosts(builder) -> list[tuple[str, int]]:
+  """(host, port) of the URLs a TFDS dataset downloads (from its checksums file) and TFDS's
+  mirror."""
+  hosts = []
+  for url in (builder.url_infos or {}):
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname:
+      hosts.append((parts.hostname, parts.port or (80 if parts.scheme == "http" else 443)))
+  return sorted(set(hosts)) + [TFDS_MIRROR]
+
+
+def network_reachable(hosts) -> bool:
+  """Whether any of `hosts` ((host, port) pairs) answers within NETWORK_TIMEOUT_SECONDS (name
+  lookups included, which can hang far longer on a machine without network)."""
+  pool = concurrent.futures.ThreadPoolExecutor(len(hosts))
+  futures = [pool.submit(_connects, host, port) for host, port in hosts]
   done, _ = concurrent.futures.wait(futures, timeout=NETWORK_TIMEOUT_SECONDS + 0.5)
   pool.shutdown(wait=False, cancel_futures=True)
   return any(f.result() for f in done)
@@ -83,40 +96,32 @@ def _how_to_prepare(name: str, builder) -> str:
           f"--config.data.data_dir=THAT_DIR")
 
 
+def _downloads(builder) -> bool:
+  """Whether preparing `builder` is TFDS's own download (tfds.testing.mock_data, for one,
+  replaces it with one that needs no network)."""
+  return (inspect.getattr_static(type(builder), "download_and_prepare")
+          is _TFDS_DOWNLOAD_AND_PREPARE)
+
+
 def _prepare(name: str, builder) -> None:
   """Downloads and prepares a TFDS dataset once; DataError in one line if that cannot work.
 
-  The download starts at once; if it has not finished within NETWORK_TIMEOUT_SECONDS and no
-  probe host answers, it is abandoned (its thread is a daemon) instead of retrying for minutes.
+  When none of the hosts it downloads from answers within NETWORK_TIMEOUT_SECONDS, it fails at
+  once instead of retrying for minutes.
   """
   if builder.is_prepared():
     return
-  failure = []
-
-  def download():
-    try:
-      builder.download_and_prepare()
-    except Exception as e:  # pylint: disable=broad-except  # requests/urllib3/TFDS errors
-      failure.append(e)
-
-  retries = logging.getLogger("urllib3")  # one warning per retry: quiet until we know
-  level = retries.level
-  retries.setLevel(logging.ERROR)
+  if _downloads(builder) and not network_reachable(hosts := download_hosts(builder)):
+    raise DataError(f"TFDS dataset {name!r} is not prepared in {builder.data_dir} and the hosts "
+                    f"it downloads from cannot be reached "
+                    f"({', '.join(f'{h}:{p}' for h, p in hosts)}). "
+                    f"{_how_to_prepare(name, builder)}.")
   try:
-    thread = threading.Thread(target=download, name=f"prepare {name}", daemon=True)
-    thread.start()
-    thread.join(NETWORK_TIMEOUT_SECONDS)
-    if thread.is_alive() and not network_reachable():
-      raise DataError(f"TFDS dataset {name!r} is not prepared in {builder.data_dir} and the "
-                      f"network is unreachable. {_how_to_prepare(name, builder)}.")
-  finally:
-    retries.setLevel(level)
-  thread.join()
-  if failure:
-    e = failure[0]
+    builder.download_and_prepare()
+  except Exception as e:  # pylint: disable=broad-except  # requests/urllib3/TFDS errors
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
     raise DataError(f"Downloading TFDS dataset {name!r} failed ({type(e).__name__}: "
-                    f"{first[:300]}). {_how_to_prepare(name, builder)}.")
+                    f"{first[:300]}). {_how_to_prepare(name, builder)}.") from None
 
 
 def tfds_documents(name: str, split: str, text_feature: str = "text", data_dir=None):

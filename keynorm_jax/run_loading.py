@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 
 from keynorm_jax import run_config
-from keynorm_jax.checkpointing import (CheckpointError, RunCheckpoints, params_restore_args,
-                                       saved_params_shapes)
+from keynorm_jax.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
+                                       params_restore_args)
 
 
 @dataclasses.dataclass
@@ -53,19 +53,6 @@ def abstract_params(config, sharding=None):
                       shapes["params"])
 
 
-def _check_params_match(step_dir: pathlib.Path, expected_params) -> None:
-  """ConfigError naming the first difference between the checkpoint's params and the model's."""
-  saved_shapes = saved_params_shapes(step_dir)
-  expected_shapes = {jax.tree_util.keystr(p): tuple(s.shape)
-                     for p, s in jax.tree_util.tree_leaves_with_path(expected_params)}
-  if saved_shapes != expected_shapes:
-    diff = sorted(set(saved_shapes.items()) ^ set(expected_shapes.items()))[:4]
-    raise run_config.ConfigError(
-        f"The parameters in {step_dir} do not match the model this code builds from its config "
-        f"(first differences: {diff}). Evaluate it with the version of keynorm-jax that trained "
-        f"it, or retrain.")
-
-
 def load_run(workdir, *, warn=None) -> TrainedRun:
   """Restores the parameters of the newest usable checkpoint of the run in `workdir`.
 
@@ -82,7 +69,8 @@ def load_run(workdir, *, warn=None) -> TrainedRun:
   def state_args(config_dict, step_dir):
     config = run_config.resolve(run_config.config_from_json_dict(config_dict))
     target = abstract_params(config, device)
-    _check_params_match(step_dir, target)
+    check_params_match(step_dir, target, fix="Evaluate it with the version of keynorm-jax that "
+                                             "trained it, or retrain.")
     configs[step_dir.name] = config
     return params_restore_args(target)
 

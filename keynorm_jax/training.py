@@ -9,19 +9,19 @@ or an unwritable workdir ends it with one line, the last checkpoint intact.
 
 import json
 import math
-import pathlib
 import time
 
 from absl import logging
 import jax
 from jax.experimental import multihost_utils
 import jax.numpy as jnp
-import numpy as np
 import optax
 import tqdm
 
 from keynorm_jax import config_changes, corpora, disk, run_config, sharding, workdir_lock
-from keynorm_jax.checkpointing import CheckpointError, RunCheckpoints, state_restore_args
+from keynorm_jax.checkpoint_writer import CheckpointWriter
+from keynorm_jax.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
+                                       state_restore_args)
 from keynorm_jax.eval_sets import eval_windows
 from keynorm_jax.metrics_writer import MetricsWriter
 from keynorm_jax.models import count_params
@@ -184,7 +184,14 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
       mesh, jax.eval_shape(lambda: init_state(model, tx, config.seed, config.train_length)))
   target = abstract_state(model, tx, config.seed, config.train_length, state_sharding)
   checkpoints = RunCheckpoints(workdir)
-  restored = checkpoints.restore_latest(lambda *_: state_restore_args(target), with_data=True)
+
+  def state_args(config_dict, step_dir):  # another version's model is refused, not set aside
+    del config_dict
+    check_params_match(step_dir, target["params"], fix="Resume it with the version of "
+                       "keynorm-jax that trained it, or pass another --workdir.")
+    return state_restore_args(target)
+
+  restored = checkpoints.restore_latest(state_args, with_data=True)
   batches = iter(dataset)
   changed = {}
   if restored is None:
@@ -199,7 +206,7 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
   start_step = int(restored.step) if restored else 0
   history = config_changes.history_after(restored.history if restored else None, user_config,
                                          start_step, changed)
-  checkpoints.open_for_saving(max_to_keep=config.max_checkpoints_to_keep)
+  saver = CheckpointWriter(checkpoints.directory, max_to_keep=config.max_checkpoints_to_keep)
   if is_main:
     (workdir / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
     if restored is None or changed:
@@ -217,7 +224,7 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
   scorer = make_scorer(model)
   train_step = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(config.seed + 1)),
                        out_shardings=(state_sharding, None), donate_argnums=0)
-  writer = MetricsWriter(workdir, resume_step=start_step, enabled=is_main)
+  metrics_writer = MetricsWriter(workdir, resume_step=start_step, enabled=is_main)
   progress = tqdm.tqdm(total=config.num_train_steps, initial=start_step, disable=not is_main,
                        desc=config.name, dynamic_ncols=True)
   last_good = restored.step if restored else None
@@ -227,7 +234,7 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
     for step in range(start_step + 1, config.num_train_steps + 1):
       batch = sharding.global_batch(mesh, next(batches))
       state, metrics = train_step(state, batch)  # dispatched; the host does not wait for it
-      checkpoints.poll()
+      saver.poll()
       progress.update(1)
       last = step == config.num_train_steps
       evaluate = step % config.eval_every_steps == 0 or last
@@ -242,7 +249,7 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
         metrics.update(eval_loss=float(nll.mean()), eval_accuracy=float(correct.mean()))
       problem = _non_finite(metrics)
       if problem:
-        checkpoints.wait()
+        saver.wait()
         raise _non_finite_error(problem, step, last_good, config, workdir)
       del metrics["state_finite"]
       progress.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['accuracy']:.3f}")
@@ -250,17 +257,17 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
         tokens = (step - tick_step) * config.batch_size * config.train_length
         logged = {**metrics, "learning_rate": float(schedule(step - 1)),
                   "tokens_per_second": tokens / max(now - tick, 1e-9)}
-        writer.write(step, logged)
+        metrics_writer.write(step, logged)
         tick, tick_step = time.perf_counter(), step
       if step % config.checkpoint_every_steps == 0 or last:
-        checkpoints.save(step, state, batches.get_state(), config.to_dict(), history)
+        saver.save(step, state, batches.get_state(), config.to_dict(), history)
         last_good = step
       if stopping:
         break
     finished = True
   finally:
     progress.close()
-    writer.close(check=finished)
-    checkpoints.close(check=finished)
+    metrics_writer.close(check=finished)
+    saver.close(check=finished)
   logging.info("Finished at step %d: %s", int(state["step"]), logged)
   return logged
