@@ -4,6 +4,7 @@ For each length 512, 1024, ... up to --max_length (default 65,536) a fresh proce
 of --config at --model_size with random weights, compiles the evaluator's own scorer
 (keynorm_jax.scoring) and scores --windows random windows with the batch size eval.py would use.
 It prints seconds per window (the best of --repeats), the growth per doubling of the length, the
+CPU seconds per window (all threads; steadier than the wall clock on a shared machine), the
 process's peak resident memory (ru_maxrss, so it includes the Python/JAX runtime, shown apart as
 "before") and XLA's temporary buffers for one batch (compiled memory_analysis). Figures, not tests.
 
@@ -67,13 +68,14 @@ def _measure(length):
   temp = getattr(analysis, "temp_size_in_bytes", None) if analysis is not None else None
   score_windows(scorer, params, windows[:size], size)
   first = time.perf_counter() - started
-  times = []
+  times, cpu_times = [], []
   for _ in range(_REPEATS.value):
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     score_windows(scorer, params, windows, size)
     times.append((time.perf_counter() - started) / _WINDOWS.value)
+    cpu_times.append((time.process_time() - cpu_started) / _WINDOWS.value)
   return {"length": length, "batch": size, "seconds_per_window": min(times),
-          "all_seconds_per_window": times, "compile_and_first_batch_s": first,
+          "all_seconds_per_window": times, "cpu_seconds_per_window": min(cpu_times), "compile_and_first_batch_s": first,
           "rss_before_gib": rss_before, "peak_rss_gib": _rss_gib(),
           "xla_temp_gib": None if temp is None else temp / 2**30,
           "jax": jax.__version__, "device": jax.devices()[0].device_kind}
@@ -97,8 +99,8 @@ def main(argv):
   print(f"config={_CONFIG.value} size={_SIZE.value} scaling={_SCALING.value} windows="
         f"{_WINDOWS.value} repeats={_REPEATS.value} code={_CODE.value} cpus={os.cpu_count()} "
         f"load={os.getloadavg()[0]:.1f}")
-  print(f"{'length':>7} {'batch':>5} {'s/window':>9} {'x/doubling':>10} {'peak GiB':>8} "
-        f"{'before':>6} {'XLA temp':>8}")
+  print(f"{'length':>7} {'batch':>5} {'s/window':>9} {'x/doubling':>10} {'CPU s/w':>8} "
+        f"{'peak GiB':>8} {'before':>6} {'XLA temp':>8}")
   previous = None
   for length in _lengths():
     command = [sys.executable, __file__, f"--child_length={length}", f"--config={_CONFIG.value}",
@@ -116,7 +118,7 @@ def main(argv):
     growth = f"{r['seconds_per_window'] / previous:.2f}" if previous else "-"
     temp = "-" if r["xla_temp_gib"] is None else f"{r['xla_temp_gib']:.2f}"
     print(f"{length:>7} {r['batch']:>5} {r['seconds_per_window']:>9.2f} {growth:>10} "
-          f"{r['peak_rss_gib']:>8.2f} {r['rss_before_gib']:>6.2f} {temp:>8}  "
+          f"{r['cpu_seconds_per_window']:>8.2f} {r['peak_rss_gib']:>8.2f} {r['rss_before_gib']:>6.2f} {temp:>8}  "
           f"(all {', '.join(f'{t:.2f}' for t in r['all_seconds_per_window'])}; compile+first "
           f"{r['compile_and_first_batch_s']:.1f} s)", flush=True)
     previous = r["seconds_per_window"]
