@@ -235,3 +235,17 @@ def test_model_logits_and_diagnostics_equal_full(tiny_run, monkeypatch):
     expected = full_diagnostics[LENGTH]["layers"][layer]
     np.testing.assert_allclose(found["entropy_by_position"], expected["entropy_by_position"],
                                atol=1e-5)
+
+
+def test_gau_split_projection_is_one_dense():
+  # The GAU computes u, v, z as three products (memory); parameters and numbers are nn.Dense's.
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.models.gau import SplitDense  # pylint: disable=g-import-not-at-top
+  x = np.random.default_rng(0).normal(size=(2, 5, 12)).astype(np.float32)
+  split, dense = SplitDense((7, 7, 3)), nn.Dense(17, use_bias=False)
+  params = split.init(jax.random.PRNGKey(1), x)
+  expected_params = dense.init(jax.random.PRNGKey(1), x)
+  np.testing.assert_array_equal(params["params"]["kernel"], expected_params["params"]["kernel"])
+  parts = split.apply(params, x)
+  assert [p.shape[-1] for p in parts] == [7, 7, 3]
+  np.testing.assert_allclose(np.concatenate(parts, axis=-1), dense.apply(params, x), atol=1e-6)
