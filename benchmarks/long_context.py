@@ -1,4 +1,4 @@
-r"""Prints long-context evaluation speed and memory on this machine: `python benchmarks/long_context.py`.
+r"""Long-context evaluation speed and memory here: `python benchmarks/long_context.py`.
 
 For each length 512, 1024, ... up to --max_length (default 65,536) a fresh process builds the model
 of --config at --model_size with random weights, compiles the evaluator's own scorer
@@ -9,7 +9,8 @@ process's peak resident memory (ru_maxrss, so it includes the Python/JAX runtime
 "before") and XLA's temporary buffers for one batch (compiled memory_analysis). Figures, not tests.
 
   --lengths=262144        one length only (e.g. the 262k run)
-  --code=DIR              import keynorm_jax from another checkout (e.g. an older commit, to compare)
+  --batch_size=1          windows per batch (default: as eval.py)
+  --code=DIR              import keynorm_jax from another checkout (an older commit, to compare)
 """
 
 import json
@@ -31,10 +32,12 @@ _MAX = flags.DEFINE_integer("max_length", 65536, "Last length (lengths double fr
 _LENGTHS = flags.DEFINE_list("lengths", [], "Explicit lengths (instead of min/max_length).")
 _WINDOWS = flags.DEFINE_integer("windows", 2, "Windows scored per timed pass.")
 _REPEATS = flags.DEFINE_integer("repeats", 1, "Timed passes per length; the best is printed.")
+_BATCH = flags.DEFINE_integer("batch_size", 0,
+                              "Windows per batch; 0 = as eval.py does (auto_batch_size).")
 _SCALING = flags.DEFINE_string("rope_scaling", "none", "Inference method of the column "
                                "(none, ntk, yarn, rerope, window, streaming, ...).")
 _CODE = flags.DEFINE_string("code", str(_REPO), "Checkout whose keynorm_jax is measured.")
-_CHILD = flags.DEFINE_integer("child_length", 0, "Internal: measure this one length and print JSON.")
+_CHILD = flags.DEFINE_integer("child_length", 0, "Internal: measure this length, print JSON.")
 
 
 def _rss_gib():
@@ -59,23 +62,24 @@ def _measure(length):
                                np.zeros((1, config.train_length), np.int32))["params"]
   windows = np.random.default_rng(0).integers(0, 256, size=(_WINDOWS.value, length + 1),
                                               dtype=np.int32)
-  size = auto_batch_size(run_config.model_config(config), length, _WINDOWS.value)
+  size = _BATCH.value or auto_batch_size(run_config.model_config(config), length, _WINDOWS.value)
   scorer = make_scorer(model)
   rss_before = _rss_gib()
   started = time.perf_counter()
   compiled = scorer.lower(params, windows[:size]).compile()
   analysis = compiled.memory_analysis()
   temp = getattr(analysis, "temp_size_in_bytes", None) if analysis is not None else None
-  score_windows(scorer, params, windows[:size], size)
+  score_windows(compiled, params, windows[:size], size)   # the scorer, compiled once
   first = time.perf_counter() - started
   times, cpu_times = [], []
   for _ in range(_REPEATS.value):
     started, cpu_started = time.perf_counter(), time.process_time()
-    score_windows(scorer, params, windows, size)
+    score_windows(compiled, params, windows, size)
     times.append((time.perf_counter() - started) / _WINDOWS.value)
     cpu_times.append((time.process_time() - cpu_started) / _WINDOWS.value)
   return {"length": length, "batch": size, "seconds_per_window": min(times),
-          "all_seconds_per_window": times, "cpu_seconds_per_window": min(cpu_times), "compile_and_first_batch_s": first,
+          "all_seconds_per_window": times, "cpu_seconds_per_window": min(cpu_times),
+          "compile_and_first_batch_s": first,
           "rss_before_gib": rss_before, "peak_rss_gib": _rss_gib(),
           "xla_temp_gib": None if temp is None else temp / 2**30,
           "jax": jax.__version__, "device": jax.devices()[0].device_kind}
@@ -106,6 +110,7 @@ def main(argv):
     command = [sys.executable, __file__, f"--child_length={length}", f"--config={_CONFIG.value}",
                f"--model_size={_SIZE.value}", f"--windows={_WINDOWS.value}",
                f"--repeats={_REPEATS.value}", f"--rope_scaling={_SCALING.value}",
+               f"--batch_size={_BATCH.value}",
                f"--code={_CODE.value}"]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
@@ -118,7 +123,8 @@ def main(argv):
     growth = f"{r['seconds_per_window'] / previous:.2f}" if previous else "-"
     temp = "-" if r["xla_temp_gib"] is None else f"{r['xla_temp_gib']:.2f}"
     print(f"{length:>7} {r['batch']:>5} {r['seconds_per_window']:>9.2f} {growth:>10} "
-          f"{r['cpu_seconds_per_window']:>8.2f} {r['peak_rss_gib']:>8.2f} {r['rss_before_gib']:>6.2f} {temp:>8}  "
+          f"{r['cpu_seconds_per_window']:>8.2f} {r['peak_rss_gib']:>8.2f} "
+          f"{r['rss_before_gib']:>6.2f} {temp:>8}  "
           f"(all {', '.join(f'{t:.2f}' for t in r['all_seconds_per_window'])}; compile+first "
           f"{r['compile_and_first_batch_s']:.1f} s)", flush=True)
     previous = r["seconds_per_window"]

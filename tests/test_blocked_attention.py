@@ -5,6 +5,7 @@ block ragged), output and entropy within 1e-5; the block ranges it skips; gradie
 evaluator's own numbers (scoring, records, diagnostics) past the blocking threshold.
 """
 
+import dataclasses
 import math
 
 import jax
@@ -249,3 +250,12 @@ def test_gau_split_projection_is_one_dense():
   parts = split.apply(params, x)
   assert [p.shape[-1] for p in parts] == [7, 7, 3]
   np.testing.assert_allclose(np.concatenate(parts, axis=-1), dense.apply(params, x), atol=1e-6)
+
+
+def test_auto_batch_size_follows_the_blocks():
+  from keynorm_jax.evaluation import auto_batch_size  # pylint: disable=g-import-not-at-top
+  cfg = run_config.model_config(run_config.resolve(run_config.load_config("kna_rope")))
+  sizes = {length: auto_batch_size(cfg, length, 16) for length in (512, 4096, 16384, 65536)}
+  assert sizes == {512: 16, 4096: 4, 16384: 1, 65536: 1}   # at most 16,384 tokens a batch
+  big = dataclasses.replace(cfg, d_model=4096, expansion=8192)
+  assert auto_batch_size(big, 4096, 16) < 4                # and within the memory budget

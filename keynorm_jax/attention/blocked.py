@@ -62,8 +62,11 @@ def _padded(side: Side, size: int) -> Side:
 
 def _slice(side: Side, start, size: int) -> Side:
   """Positions [start, start + size) of a side (start may be traced)."""
-  take = lambda x: None if x is None else jax.lax.dynamic_slice_in_dim(x, start, size,
-                                                                         axis=0 if x.ndim == 1 else 1)
+  def take(x):
+    if x is None:
+      return None
+    return jax.lax.dynamic_slice_in_dim(x, start, size, axis=0 if x.ndim == 1 else 1)
+
   return Side(*(take(x) for x in side))
 
 
