@@ -9,13 +9,14 @@ import time
 import numpy as np
 
 from keynorm_jax import corpora, run_config
-from keynorm_jax.attention import query_block_size
+from keynorm_jax.attention import block_sizes
 from keynorm_jax.eval_sets import EVAL_SETS, eval_windows
 from keynorm_jax.positions import EvalColumn
 from keynorm_jax.scoring import make_scorer, score_windows
 from keynorm_jax.tokenizer import join_documents
 
 _EVAL_MEMORY_BUDGET_BYTES = 4 * 2**30
+_EVAL_MAX_TOKENS_PER_BATCH = 16384
 
 
 def held_out_tokens(config):
@@ -24,16 +25,26 @@ def held_out_tokens(config):
 
 
 def auto_batch_size(model_cfg, length: int, num_windows: int) -> int:
-  """Windows per batch so that one batch's working set stays near 4 GiB."""
-  query_block = query_block_size(length)
+  """Windows per batch: one batch's working set near 4 GiB, and at most 16,384 tokens.
+
+  Scores exist one block at a time (all T x T at once only up to 2048 tokens, else 512 x 512
+  blocks: attention.block_sizes), so past a few thousand tokens the working set is the layers'
+  activations, linear in the length. The token cap: beyond it more windows per batch add memory
+  and no speed (measured on 2 CPU cores: 1 window per batch is as fast as 2 or 4 at 4096 and
+  16,384 tokens; see BENCHMARKS.md).
+  """
+  query_block, key_block = block_sizes(length)
+  scores = length * length if query_block is None else query_block * key_block
   if model_cfg.architecture == "gau":
     width = 2 * model_cfg.expansion + model_cfg.qk_size + model_cfg.d_model
   else:
     width = 3 * model_cfg.heads * model_cfg.head_size + 2 * model_cfg.resolved_mlp_size
-  per_window = 4 * (6 * model_cfg.heads * query_block * length      # score blocks
+  per_window = 4 * (6 * model_cfg.heads * scores                   # score blocks
                     + 4 * length * width
                     + 3 * length * model_cfg.vocab_size)
-  return int(np.clip(_EVAL_MEMORY_BUDGET_BYTES // per_window, 1, num_windows))
+  by_memory = _EVAL_MEMORY_BUDGET_BYTES // per_window
+  by_tokens = _EVAL_MAX_TOKENS_PER_BATCH // length
+  return int(np.clip(min(by_memory, by_tokens), 1, num_windows))
 
 
 def summarize(correct, nll, *, train_length: int, bucket: int) -> dict:

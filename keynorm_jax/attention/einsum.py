@@ -29,17 +29,36 @@ import math
 import jax
 import jax.numpy as jnp
 
+from keynorm_jax.attention.blocked import Side, blocked_attention
 from keynorm_jax.rope import apply_rope
 
 VARIANTS = ("baseline", "qna", "kna", "cosa")
 _MASKED = -1e30
-_FULL_ATTENTION_MAX_LENGTH = 2048  # longer sequences are processed in query blocks
+_FULL_ATTENTION_MAX_LENGTH = 2048  # longer sequences are processed in blocks (blocked.py)
 _DEFAULT_QUERY_BLOCK = 512
+_DEFAULT_KEY_BLOCK = 512
 
 
 def query_block_size(length: int) -> int:
   """Queries per block: all at once up to 2048 tokens, else blocks of 512 (bounded memory)."""
   return length if length <= _FULL_ATTENTION_MAX_LENGTH else _DEFAULT_QUERY_BLOCK
+
+
+def block_sizes(length: int, query_block=None, key_block=None):
+  """(queries, keys) per block of `attend`, or (None, None) for every score at once.
+
+  Default: all at once up to 2048 tokens, else 512 x 512. Either size given alone sets the other.
+  """
+  if query_block is None and key_block is None:
+    query_block = query_block_size(length)
+    key_block = length if query_block >= length else _DEFAULT_KEY_BLOCK
+  query_block = query_block or key_block
+  key_block = key_block or query_block
+  if query_block < 1 or key_block < 1:
+    raise ValueError(f"Block sizes must be >= 1, got {query_block} queries x {key_block} keys.")
+  if query_block >= length and key_block >= length:
+    return None, None
+  return min(query_block, length), min(key_block, length)
 
 
 def l2_normalize(x, eps=1e-12):
@@ -113,7 +132,7 @@ def attend(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
            attention_factor=1.0, rerope_window=None, leaky_rerope_factor=None, cosa_scale=None,
            posthoc_logn_length=None, alibi_slope=None, window=None, sink_tokens=None,
            xpos_gamma=None, xpos_scale_base=512.0, score_bias=None, ssmax_scale=None,
-           query_block=None):
+           query_block=None, key_block=None):
   """Causal attention; returns (o, attention entropy in nats).
 
   Same arguments as `causal_attention`, plus:
@@ -122,7 +141,9 @@ def attend(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
     score_bias: callable(relative [B, Q, K] float32, query positions [B, Q]) -> bias broadcastable
       to [B, H, Q, K] (learned biases: KERPLE, FIRE); relative is the key's (cache) distance.
     ssmax_scale: SSMax's s, a scalar or [H].
-    query_block: queries per block (default: all at once up to 2048 tokens, else 512).
+    query_block, key_block: queries and keys per block (default: all at once up to 2048 tokens,
+      else 512 x 512). In blocks, the online softmax of blocked.py skips every key block that
+      the causal mask, the window or the sinks leave empty; the numbers are the same.
 
   Returns:
     o with v's layout ([B, T, E] or [B, T, H, E]); entropy [B, T] (or [B, T, H]).
@@ -135,8 +156,9 @@ def attend(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
   batch, length, heads, size = q.shape
   if heads % k.shape[2]:
     raise ValueError(f"{heads} query heads cannot share {k.shape[2]} key/value heads evenly.")
-  k = jnp.repeat(k, heads // k.shape[2], axis=2)
-  v32 = jnp.repeat(v, heads // v.shape[2], axis=2).astype(jnp.float32)
+  if k.shape[2] != heads:  # (a repeat by 1 would still copy: 128 MiB of v at 65,536 tokens)
+    k, v = (jnp.repeat(x, heads // x.shape[2], axis=2) for x in (k, v))
+  v32 = v.astype(jnp.float32)
   q, k = q.astype(jnp.float32), k.astype(jnp.float32)
   if positions is None:
     positions = jnp.arange(length)
@@ -172,73 +194,60 @@ def attend(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
     q_far = rotate(q, jnp.full_like(positions_BxT, sink_tokens + window - 1), 1.0)
     k_far = k_near
   bias_slopes = None if alibi_slope is None else jnp.asarray(alibi_slope, jnp.float32)
-  key_index = jnp.arange(length)
 
-  def one_block(q_near_BxQxHxS, q_far_BxQxHxS, positions_BxQ, multiplier_BxQxH, query_index_Q):
-    scores_BxHxQxT = jnp.einsum("bqhs,bkhs->bhqk", q_near_BxQxHxS, k_near)
-    relative_BxQxT = (positions_BxQ[:, :, None] - positions_BxT[:, None, :]).astype(jnp.float32)
-    if q_far_BxQxHxS is not None:
-      far_BxHxQxT = jnp.einsum("bqhs,bkhs->bhqk", q_far_BxQxHxS, k_far)
-      scores_BxHxQxT = jnp.where((relative_BxQxT < far_from)[:, None], scores_BxHxQxT,
-                                 far_BxHxQxT)
-    scores_BxHxQxT = scores_BxHxQxT * jnp.moveaxis(multiplier_BxQxH, 2, 1)[..., None]
-    distance_BxQxT = relative_BxQxT
+  def block_scores(queries: Side, keys: Side):
+    """Scores [B, H, Q, K] of a block of queries against a block of keys, masked with _MASKED
+    where keep [B, 1, Q, K] is False (causal by index; window, sinks by position)."""
+    scores_BxHxQxK = jnp.einsum("bqhs,bkhs->bhqk", queries.near, keys.near)
+    relative_BxQxK = (queries.positions[:, :, None]
+                      - keys.positions[:, None, :]).astype(jnp.float32)
+    if queries.far is not None:
+      far_BxHxQxK = jnp.einsum("bqhs,bkhs->bhqk", queries.far, keys.far)
+      scores_BxHxQxK = jnp.where((relative_BxQxK < far_from)[:, None], scores_BxHxQxK,
+                                 far_BxHxQxK)
+    scores_BxHxQxK = scores_BxHxQxK * jnp.moveaxis(queries.multiplier, 2, 1)[..., None]
+    distance_BxQxK = relative_BxQxK
     if sink_tokens is not None:
-      cache_distance = (sink_tokens + window - 1) - positions_BxT[:, None, :].astype(jnp.float32)
-      distance_BxQxT = jnp.where(relative_BxQxT < window, relative_BxQxT, cache_distance)
+      cache_distance = (sink_tokens + window - 1) - keys.positions[:, None, :].astype(jnp.float32)
+      distance_BxQxK = jnp.where(relative_BxQxK < window, relative_BxQxK, cache_distance)
     if bias_slopes is not None:
       slopes_H = jnp.broadcast_to(bias_slopes, (heads,))
-      scores_BxHxQxT = scores_BxHxQxT - slopes_H[None, :, None, None] * distance_BxQxT[:, None]
+      scores_BxHxQxK = scores_BxHxQxK - slopes_H[None, :, None, None] * distance_BxQxK[:, None]
     if score_bias is not None:
-      scores_BxHxQxT = scores_BxHxQxT + score_bias(distance_BxQxT, positions_BxQ)
-    keep_QxT = query_index_Q[:, None] >= key_index[None, :]
-    keep_BxQxT = jnp.broadcast_to(keep_QxT, relative_BxQxT.shape)
+      scores_BxHxQxK = scores_BxHxQxK + score_bias(distance_BxQxK, queries.positions)
+    keep_QxK = queries.index[:, None] >= keys.index[None, :]
+    keep_BxQxK = jnp.broadcast_to(keep_QxK, relative_BxQxK.shape)
     if window is not None:
-      near = relative_BxQxT < window
+      near = relative_BxQxK < window
       if sink_tokens is not None:
-        near = near | (positions_BxT[:, None, :] < sink_tokens)
-      keep_BxQxT = keep_BxQxT & near
-    keep_Bx1xQxT = keep_BxQxT[:, None]
-    scores_BxHxQxT = jnp.where(keep_Bx1xQxT, scores_BxHxQxT, _MASKED)
-    probs_BxHxQxT = jax.nn.softmax(scores_BxHxQxT, axis=-1)
-    out_BxQxHxE = jnp.einsum("bhqk,bkhe->bqhe", probs_BxHxQxT, v32)
-    log_probs = jnp.where(keep_Bx1xQxT, jax.nn.log_softmax(scores_BxHxQxT, axis=-1), 0.0)
-    entropy_BxQxH = jnp.moveaxis(-jnp.sum(probs_BxHxQxT * log_probs, axis=-1), 1, 2)
-    return out_BxQxHxE, entropy_BxQxH
+        near = near | (keys.positions[:, None, :] < sink_tokens)
+      keep_BxQxK = keep_BxQxK & near
+    keep_Bx1xQxK = keep_BxQxK[:, None]
+    return jnp.where(keep_Bx1xQxK, scores_BxHxQxK, _MASKED), keep_Bx1xQxK
 
+  index = jnp.arange(length)
+  queries = Side(q_near, q_far, positions_BxT, index, multiplier_BxTxH)
+  keys = Side(k_near, k_far, positions_BxT, index)
+  query_block, key_block = block_sizes(length, query_block, key_block)
   if query_block is None:
-    query_block = query_block_size(length)
-  if query_block >= length:
-    out, entropy = one_block(q_near, q_far, positions_BxT, multiplier_BxTxH, key_index)
+    out, entropy = _full(block_scores, queries, keys, v32)
   else:
-    out, entropy = _over_query_blocks(one_block, query_block, batch, length,
-                                      (q_near, q_far, positions_BxT, multiplier_BxTxH))
+    out, entropy = blocked_attention(block_scores, queries, keys, v32, query_block=query_block,
+                                     key_block=key_block, window=window, sink_tokens=sink_tokens)
   out = out.astype(v.dtype)
   if single_head:
     return out[:, :, 0], entropy[:, :, 0]
   return out, entropy
 
 
-def _over_query_blocks(one_block, query_block, batch, length, per_query):
-  """Runs one_block over blocks of `query_block` queries (padded at the end) with lax.map."""
-  num_blocks = -(-length // query_block)
-  pad = num_blocks * query_block - length
-
-  def to_blocks(x):  # [B, T, ...] -> [num_blocks, B, query_block, ...]
-    if x is None:
-      return None
-    x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
-    x = x.reshape((batch, num_blocks, query_block) + x.shape[2:])
-    return jnp.moveaxis(x, 1, 0)
-
-  def from_blocks(x):  # [num_blocks, B, query_block, ...] -> [B, T, ...]
-    x = jnp.moveaxis(x, 0, 1)
-    return x.reshape((batch, num_blocks * query_block) + x.shape[3:])[:, :length]
-
-  query_index = jnp.arange(num_blocks * query_block).reshape(num_blocks, query_block)
-  blocks = tuple(to_blocks(x) for x in per_query) + (query_index,)
-  out, entropy = jax.lax.map(lambda xs: one_block(*xs), blocks)
-  return from_blocks(out), from_blocks(entropy)
+def _full(block_scores, queries, keys, values_BxTxHxE):
+  """Every query against every key at once: the reference softmax and entropy."""
+  scores_BxHxQxT, keep_Bx1xQxT = block_scores(queries, keys)
+  probs_BxHxQxT = jax.nn.softmax(scores_BxHxQxT, axis=-1)
+  out_BxQxHxE = jnp.einsum("bhqk,bkhe->bqhe", probs_BxHxQxT, values_BxTxHxE)
+  log_probs = jnp.where(keep_Bx1xQxT, jax.nn.log_softmax(scores_BxHxQxT, axis=-1), 0.0)
+  entropy_BxQxH = jnp.moveaxis(-jnp.sum(probs_BxHxQxT * log_probs, axis=-1), 1, 2)
+  return out_BxQxHxE, entropy_BxQxH
 
 
 def causal_attention(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
