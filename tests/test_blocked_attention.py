@@ -159,18 +159,38 @@ def test_key_blocks_skipped():
   assert _ranges(2, window=10, sink_tokens=9) == (2, 2, 3)
 
 
-def test_gradients_equal_full():
-  q, k, v = _inputs(7)
-  slopes = np.array(positions.alibi_slopes(H), np.float32)
-  kwargs = dict(variant="kna", inv_freq=INV, rerope_window=6, logn_base=6, alibi_slope=slopes)
+def _loss(out, entropy):
+  """A scalar that weighs every output and entropy differently (so no gradient cancels)."""
+  return (jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape)))
+          + jnp.sum(entropy * jnp.sin(jnp.arange(entropy.size).reshape(entropy.shape))))
 
-  def loss(q, k, v, **blocks):
-    out, entropy = attend(q, k, v, **kwargs, **blocks)
-    return jnp.sum(out * jnp.cos(jnp.arange(E))) + jnp.sum(entropy)
 
-  full = jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
-  got = jax.grad(lambda *a: loss(*a, query_block=8, key_block=5), argnums=(0, 1, 2))(q, k, v)
-  _check(got, full, atol=1e-4)
+@pytest.mark.parametrize("case", ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block",
+                                  "window_alibi", "xpos", "random_positions_per_row"])
+def test_gradients_equal_full(case):
+  # Training runs through the custom VJP (blocks recomputed, flash-style): q, k, v gradients.
+  q, k, v = _inputs(7, heads=H, kv_heads=2)
+  grad = lambda **blocks: jax.grad(lambda *a: _loss(*attend(*a, **CASES[case], **blocks)),
+                                   argnums=(0, 1, 2))(q, k, v)
+  _check(grad(query_block=8, key_block=5), grad(), atol=1e-4)
+
+
+def test_gradients_of_learned_bias_and_ssmax():
+  module = FireBias(H, 16)
+  params = module.init(jax.random.PRNGKey(3))
+  q, k, v = _inputs(8)
+
+  def loss(params, ssmax, q, k, v, **blocks):
+    return _loss(*attend(q, k, v, variant="baseline", inv_freq=INV, window=9, sink_tokens=2,
+                         score_bias=module.apply(params), ssmax_scale=ssmax, **blocks))
+
+  args = (params, jnp.array([0.4, 0.9, 1.7, 1.1]), q, k, v)
+  full = jax.grad(loss, argnums=(0, 1, 2, 3, 4))(*args)
+  got = jax.jit(jax.grad(lambda *a: loss(*a, query_block=8, key_block=8),
+                         argnums=(0, 1, 2, 3, 4)))(*args)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(full)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+  assert np.abs(np.asarray(full[0]["params"]["w_out"])).max() > 1e-3   # the bias does learn
 
 
 def test_block_sizes_rule():
