@@ -39,7 +39,8 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
   progress = lambda what: echo(f"  evaluating {what}")
   records = []
   for multiple, windows in plan.SCALES[scale]["windows"].items():
-    records += evaluate_run(run, lengths=[multiple * train_length], columns=columns,
+    at_length = columns if multiple in plan.OPTION_MULTIPLES else columns[:1]  # "none" only
+    records += evaluate_run(run, lengths=[multiple * train_length], columns=at_length,
                             num_windows=windows, tokens=tokens, progress=progress,
                             include_train_length=False,
                             repeat_period=train_length // plan.REPEAT_PERIOD_FRACTION)
