@@ -20,6 +20,8 @@ _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only rebuild the report 
 _RUNS_DIR = flags.DEFINE_string("runs_dir", "runs/study", "Scratch folder for training runs.")
 _RESULTS = flags.DEFINE_string("results", None, "Records folder; default results/field[_<scale>].")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data dir (default: TFDS's).")
+_KEEP_RUNS = flags.DEFINE_bool("keep_runs", False, "Keep each run's workdir (checkpoints) after "
+                               "its record is written, e.g. to run more diagnostics on it.")
 
 
 def main(argv):
@@ -40,7 +42,7 @@ def main(argv):
       continue
     print(f"[{index}/{len(entries)}] {entry.key}: training and evaluating", flush=True)
     path = run_one(entry, scale=_SCALE.value, store=store, runs_dir=_RUNS_DIR.value,
-                   data_dir=_DATA_DIR.value)
+                   data_dir=_DATA_DIR.value, keep_run=_KEEP_RUNS.value)
     print(f"  recorded {path}", flush=True)
     done += 1
   page = write_report(store.all(), store.directory)
