@@ -6,7 +6,8 @@ attention: fused (attention.fused: jax.nn.dot_product_attention on pre-scaled q,
 allows it and the kernel is worth it (cuDNN), else the einsum reference path (attention.attend).
 While the diagnostics collect
 "intermediates" it always takes the einsum path, which also gives the attention entropy, and it
-records key norms and entropy per head (`sow`).
+records per head (`sow`) the key norms, the entropy and the attention's reach (attention/reach.py:
+the mass on each block of `reach_bucket` keys and the mean key index, for every query).
 """
 
 import flax.linen as nn
@@ -16,8 +17,14 @@ from keynorm_jax import positions
 from keynorm_jax.attention import attend
 from keynorm_jax.attention import fused
 from keynorm_jax.attention.fused import CannotFuse, can_fuse, fused_attention
+from keynorm_jax.attention.reach import attend_with_reach
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias, SSMaxScale
+
+
+def reach_bucket(train_length: int) -> int:
+  """Keys (and queries) per block in the diagnostics: an eighth of the training length."""
+  return max(1, train_length // 8)
 
 
 def layer_spec(cfg: ModelConfig, layer: int, column: positions.EvalColumn):
@@ -59,6 +66,10 @@ class PositionalAttention(nn.Module):
           return fused_attention(q, k, v, **fused_kwargs)
         except CannotFuse:
           pass
-    out, entropy = attend(q, k, v, positions=positions_BxT, **kwargs)
+    if not self.is_mutable_collection("intermediates"):
+      return attend(q, k, v, positions=positions_BxT, **kwargs)[0]
+    out, entropy, reach = attend_with_reach(q, k, v, bucket=reach_bucket(cfg.train_length),
+                                            positions=positions_BxT, **kwargs)
     self.sow("intermediates", "attention_entropy", entropy)
+    self.sow("intermediates", "attention_reach", reach)
     return out
