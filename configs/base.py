@@ -43,8 +43,10 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.norm = "rmsnorm"              # Transformer: rmsnorm / layernorm (pre-norm, learnable gain)
   m.tie_embeddings = False
   m.dropout = 0.0
-  m.compute_dtype = "float32"     # or bfloat16 (softmax stays float32; parameters float32)
+  m.compute_dtype = "float32"     # or bfloat16 (softmax and loss stay float32)
+  m.param_dtype = "float32"       # parameters and optimizer state (bfloat16: half their memory)
   m.remat = False                 # recompute each layer in the backward pass (less memory)
+  m.scan_layers = False           # one scanned layer over stacked parameters (compiles once)
 
   # Training.
   c.train_length = 512

@@ -20,6 +20,7 @@ import numpy as np
 from keynorm_jax import run_config
 from keynorm_jax.eval_sets import eval_windows
 from keynorm_jax.models.attention_block import reach_bucket
+from keynorm_jax.models.layer_stack import layer_intermediates
 
 
 def _coefficient_of_variation(x):
@@ -91,7 +92,7 @@ def run_diagnostics(run, *, lengths, tokens, num_windows: int = 4):
     found = jax.device_get(intermediates(run.params, windows[:, :-1]))
     layers = {}
     for i in range(model_cfg.num_layers):
-      layer = found[f"layer_{i}"]["attention"]
+      layer = layer_intermediates(found, i)["attention"]
       raw_norms = np.asarray(layer["key_norm"][0])                     # [B, T, kv heads]
       used_norms = np.ones_like(raw_norms) if normalized_keys else raw_norms
       entropy = np.asarray(layer["attention_entropy"][0])              # [B, T, heads]

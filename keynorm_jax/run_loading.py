@@ -10,9 +10,9 @@ import dataclasses
 import pathlib
 
 import jax
-import jax.numpy as jnp
 
 from keynorm_jax import run_config
+from keynorm_jax.models import init_params
 from keynorm_jax.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
                                        params_restore_args)
 
@@ -47,10 +47,9 @@ def _model_of(config):
 def abstract_params(config, sharding=None):
   """Shapes and dtypes (with `sharding`) of the parameters of the model a config describes."""
   model = _model_of(config)
-  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(config.seed),
-                                             jnp.zeros([1, config.train_length], jnp.int32)))
+  shapes = jax.eval_shape(lambda: init_params(model, config.seed, config.train_length))
   return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
-                      shapes["params"])
+                      shapes)
 
 
 def load_run(workdir, *, warn=None) -> TrainedRun:

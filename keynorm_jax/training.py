@@ -24,7 +24,7 @@ from keynorm_jax.checkpointing import (CheckpointError, RunCheckpoints, check_pa
                                        state_restore_args)
 from keynorm_jax.eval_sets import eval_windows
 from keynorm_jax.metrics_writer import MetricsWriter
-from keynorm_jax.models import count_params
+from keynorm_jax.models import count_params, init_params
 from keynorm_jax.optimizer import learning_rate_schedule, make_optimizer
 from keynorm_jax.scoring import make_scorer, score_windows, token_scores
 from keynorm_jax.tokenizer import join_documents
@@ -41,7 +41,7 @@ class NonFiniteLossError(FloatingPointError):
 
 
 def init_state(model, tx, seed: int, train_length: int):
-  params = model.init(jax.random.PRNGKey(seed), jnp.zeros([1, train_length], jnp.int32))["params"]
+  params = init_params(model, seed, train_length)
   return {"step": jnp.zeros([], jnp.int32), "params": params, "opt_state": tx.init(params)}
 
 

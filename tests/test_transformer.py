@@ -139,8 +139,9 @@ def test_gau_layer_matches_numpy(variant):
                  beta_k=p["k_scale_offset"]["beta"])
   inv_freq = np.array([10000.0**(-2.0 * m / s) for m in range(s // 2)])
   for b in range(2):
-    expected = layers_ref.gau_layer(x[b].astype(np.float64), weights, e=e, s=s,
-                                    attention_kwargs=dict(variant=variant, inv_freq=inv_freq))
+    unit = layers_ref.gau_layer(x[b].astype(np.float64), weights, e=e, s=s,
+                                attention_kwargs=dict(variant=variant, inv_freq=inv_freq))
+    expected = layers_ref.rms_norm(x[b] + unit, 1.0)              # post-norm residual (the seed's)
     np.testing.assert_allclose(got[b], expected, atol=2e-5, rtol=2e-5)
 
 

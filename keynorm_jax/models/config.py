@@ -55,7 +55,9 @@ class ModelConfig:
   position_options: tuple = ()
   rope_theta: float = 10000.0
   compute_dtype: str = "float32"
+  param_dtype: str = "float32"
   remat: bool = False
+  scan_layers: bool = False
   train_length: int = 512
 
   def __post_init__(self):
@@ -72,6 +74,7 @@ class ModelConfig:
     _choice("norm", self.norm, NORMS)
     _choice("mlp", self.mlp, MLPS)
     _choice("compute_dtype", self.compute_dtype, DTYPES)
+    _choice("param_dtype", self.param_dtype, DTYPES)
     for name in ("num_layers", "d_model", "train_length", "vocab_size"):
       if getattr(self, name) < 1:
         raise ConfigError(f"model.{name} must be at least 1, got {getattr(self, name)}.")
@@ -97,6 +100,19 @@ class ModelConfig:
     reason = method.refuse(attention=self.attention, num_heads=self.heads, logn=self.logn)
     if reason:
       raise ConfigError(f"model.position={self.position!r} cannot run here: {reason}.")
+    if self.scan_layers:
+      self._check_identical_layers()
+
+  def _check_identical_layers(self):
+    specs = [self.position_method.layer_spec(layer=i, num_layers=self.num_layers,
+                                             num_heads=self.heads, rope_theta=self.rope_theta,
+                                             train_length=self.train_length)
+             for i in range(self.num_layers)]
+    different = next((i for i, spec in enumerate(specs) if spec != specs[0]), None)
+    if different is not None:
+      raise ConfigError(f"model.scan_layers runs one layer num_layers times, but "
+                        f"position={self.position!r} gives layer {different} other attention "
+                        f"settings than layer 0; set model.scan_layers=False.")
 
   def _check_transformer(self):
     if self.norm_position != "pre":

@@ -15,7 +15,8 @@ import jax.numpy as jnp
 from keynorm_jax import positions
 from keynorm_jax.models.attention_block import PositionalAttention
 from keynorm_jax.models.config import ModelConfig
-from keynorm_jax.models.layers import ScaleOffset, maybe_remat, norm_layer, rms_norm
+from keynorm_jax.models.layer_stack import layer_stack
+from keynorm_jax.models.layers import ScaleOffset, norm_layer, rms_norm
 from keynorm_jax.models.lm_parts import Embedder, sequence_positions
 
 
@@ -37,12 +38,20 @@ class SplitDense(nn.Module):
 
 
 class GAULayer(nn.Module):
+  """One GAU layer with its residual and norm; the submodules are created in `unit`."""
   config: ModelConfig
   layer: int
   column: positions.EvalColumn
 
   @nn.compact
   def __call__(self, x, positions_BxT, deterministic: bool):
+    """x -> the next layer's x: RMSNorm(x + f(x)) post-norm, x + f(RMSNorm(x)) pre-norm."""
+    if self.config.norm_position == "post":
+      return rms_norm(x + self.unit(x, positions_BxT, deterministic))
+    return x + self.unit(rms_norm(x), positions_BxT, deterministic)
+
+  def unit(self, x, positions_BxT, deterministic: bool):
+    """f(x): the gated attention unit, after dropout."""
     cfg = self.config
     dtype = jnp.dtype(cfg.compute_dtype)
     dense = lambda features, name: nn.Dense(features, use_bias=False, dtype=dtype, name=name)
@@ -73,12 +82,7 @@ class GAULM(nn.Module):
     post = cfg.norm_position == "post"
     if post:
       x = rms_norm(x)
-    for i in range(cfg.num_layers):
-      layer = maybe_remat(GAULayer, cfg.remat)(cfg, i, column, name=f"layer_{i}")
-      if post:
-        x = rms_norm(x + layer(x, positions_BxT, deterministic))
-      else:
-        x = x + layer(rms_norm(x), positions_BxT, deterministic)
+    x = layer_stack(GAULayer, cfg, column, x, positions_BxT, deterministic)
     if not post:
       x = rms_norm(x)
     return embedder.logits(x)

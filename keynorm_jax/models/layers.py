@@ -23,12 +23,6 @@ class ScaleOffset(nn.Module):
     return x * gamma.astype(x.dtype) + beta.astype(x.dtype)
 
 
-def maybe_remat(block_cls, remat: bool):
-  """The layer class, rematerialised in the backward pass when `remat` (same parameters); its
-  __call__ is (self, x, positions, deterministic), deterministic static."""
-  return nn.remat(block_cls, static_argnums=(3,)) if remat else block_cls
-
-
 def norm_layer(kind: str, name: str) -> nn.Module:
   """A norm with a learnable gain: "rmsnorm", or "layernorm" (mean-subtracted, gain and bias)."""
   if kind == "rmsnorm":

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 from keynorm_jax import positions
 from keynorm_jax.models.attention_block import PositionalAttention
 from keynorm_jax.models.config import ModelConfig
-from keynorm_jax.models.layers import maybe_remat, norm_layer
+from keynorm_jax.models.layer_stack import layer_stack
+from keynorm_jax.models.layers import norm_layer
 from keynorm_jax.models.lm_parts import Embedder, sequence_positions
 
 
@@ -85,7 +86,5 @@ class TransformerLM(nn.Module):
     column = self.column.at(length, cfg.train_length)
     embedder = Embedder(cfg, name="embedder")
     x = embedder(tokens_BxT, positions_BxT)
-    for i in range(cfg.num_layers):
-      block = maybe_remat(TransformerBlock, cfg.remat)(cfg, i, column, name=f"layer_{i}")
-      x = block(x, positions_BxT, deterministic)
+    x = layer_stack(TransformerBlock, cfg, column, x, positions_BxT, deterministic)
     return embedder.logits(block_norm(cfg.norm, "final_norm")(x))
