@@ -103,6 +103,35 @@ def copy_table(records, architecture):
   return _table(["config", "1x: first copy", "1x: later copies", "8x: copies beyond 1x"], rows)
 
 
+def _mean_over_layers(layers, key):
+  values = [layer["reach"].get(key) if key in layer.get("reach", {}) else layer.get(key)
+            for layer in layers.values()]
+  values = [v for v in values if v is not None]
+  return sum(values) / len(values) if values else None
+
+
+def reach_table(records, architecture):
+  """Where attention goes at 8x (diagnostics, mean over layers and heads): inside vs beyond."""
+  rows = []
+  for rec in sorted(_seed0(records, architecture), key=lambda r: r["config_name"]):
+    found = rec.get("diagnostics", {}).get(str(8 * _train_length(rec)))
+    if not found or "reach" not in next(iter(found["layers"].values()), {}):
+      continue
+    layers = found["layers"]
+    cell = lambda key, scale=1.0, digits=1: (
+        "n/a" if _mean_over_layers(layers, key) is None
+        else f"{scale * _mean_over_layers(layers, key):.{digits}f}")
+    rows.append([f"`{rec['config_name']}`",
+                 cell("mean_distance_within_train", digits=0),
+                 cell("mean_distance_beyond_train", digits=0),
+                 cell("far_mass_beyond_train", 100),
+                 cell("sink_mass_within_train", 100), cell("sink_mass_beyond_train", 100),
+                 cell("entropy_within_train", digits=2), cell("entropy_beyond_train", digits=2)])
+  return _table(["config", "mean distance inside", "mean distance beyond",
+                 "mass at unseen distances beyond (%)", "sink mass inside (%)",
+                 "sink mass beyond (%)", "entropy inside", "entropy beyond"], rows)
+
+
 def seed_table(records):
   by_config = collections.defaultdict(list)
   for rec in records:
@@ -171,7 +200,14 @@ def write_report(records, output) -> pathlib.Path:
                  options_table(records, architecture),
                  f"\n## {architecture}: the copy test (repeated, period train_length / "
                  f"{plan.REPEAT_PERIOD_FRACTION})\n", copy_table(records, architecture),
-                 f"\n![accuracy by position]({png})\n"]
+                 f"\n![accuracy by position]({png})\n",
+                 f"## {architecture}: where attention goes at 8x (diagnostics)\n",
+                 "Mean over layers and heads of 4 non-repeated 8x windows: the mean attention "
+                 "distance (tokens) of queries inside (< train_length) and beyond; the attention mass"
+                 " on keys at distances never seen in training (>= train_length, at the resolution "
+                 "of train_length / 8 blocks) for queries beyond; the mass on the first "
+                 "train_length / 8 tokens (sink); the entropy (nats). See keynorm_jax/diagnostics.py."
+                 "\n", reach_table(records, architecture), ""]
   sections += ["## Seed-to-seed spread (mean ± standard deviation over seeds)\n",
                seed_table(records)]
   page = output / "FIELD.md"
