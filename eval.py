@@ -10,7 +10,7 @@ import sys
 
 from absl import app, flags, logging
 
-from keynorm_jax.eval_command import check_eval_options, evaluate_workdir, make_columns
+from keynorm_jax.evaluation.command import check_eval_options, evaluate_workdir, make_columns
 from keynorm_jax.positions import INFERENCE_METHODS
 from keynorm_jax.positions.registry import knob_help
 

@@ -74,9 +74,9 @@ def main(argv):
   logging.get_absl_handler().addFilter(_NoOrbaxTracebacks())
   threading.excepthook = _quiet_full_disk_in_threads(threading.excepthook)
   if _MULTIHOST.value:
-    from keynorm_jax import sharding  # pylint: disable=g-import-not-at-top
+    from keynorm_jax.training import sharding  # pylint: disable=g-import-not-at-top
     sharding.maybe_initialize_distributed()
-  from keynorm_jax.training import train_and_evaluate  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.training.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
   config = _CONFIG.value
   try:

@@ -29,10 +29,12 @@ def measure(config_name: str, devices: int, scan_layers: bool) -> dict:
   sys.path.insert(0, str(ROOT))
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from keynorm_jax import run_config, sharding  # pylint: disable=g-import-not-at-top
+  from keynorm_jax import run_config
+  from keynorm_jax.training import sharding  # pylint: disable=g-import-not-at-top
   from keynorm_jax.models import count_params  # pylint: disable=g-import-not-at-top
-  from keynorm_jax.optimizer import make_optimizer  # pylint: disable=g-import-not-at-top
-  from keynorm_jax.training import abstract_state, init_state, make_train_step  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.training.loop import (  # pylint: disable=g-import-not-at-top
+      abstract_state, init_state, make_train_step)
 
   config = run_config.load_config(config_name)
   config.model_size = "1b"

@@ -2,7 +2,8 @@ r"""Long-context evaluation speed and memory here: `python benchmarks/long_conte
 
 For each length 512, 1024, ... up to --max_length (default 65,536) a fresh process builds the model
 of --config at --model_size with random weights, compiles the evaluator's own scorer
-(keynorm_jax.scoring) and scores --windows random windows with the batch size eval.py would use.
+(keynorm_jax.evaluation.scoring) and scores --windows random windows with the batch size eval.py
+would use.
 It prints seconds per window (the best of --repeats), the growth per doubling of the length, the
 CPU seconds per window (all threads; steadier than the wall clock on a shared machine), the
 process's peak resident memory (ru_maxrss, so it includes the Python/JAX runtime, shown apart as
@@ -71,8 +72,9 @@ def _measure(length):
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from keynorm_jax import positions, run_config  # pylint: disable=g-import-not-at-top
-  from keynorm_jax.evaluation import auto_batch_size  # pylint: disable=g-import-not-at-top
-  from keynorm_jax.scoring import make_scorer, score_windows  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.evaluation.evaluate import auto_batch_size  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.evaluation.scoring import (  # pylint: disable=g-import-not-at-top
+      make_scorer, score_windows)
 
   config = run_config.load_config(_CONFIG.value)
   config.model_size = _SIZE.value
@@ -113,8 +115,8 @@ def _measure_training(block):
   import jax
   import numpy as np
   from keynorm_jax import run_config
-  from keynorm_jax.optimizer import make_optimizer
-  from keynorm_jax.training import init_state, make_train_step
+  from keynorm_jax.training.optimizer import make_optimizer
+  from keynorm_jax.training.loop import init_state, make_train_step
 
   _set_blocks(block)
   config = run_config.load_config(_CONFIG.value)

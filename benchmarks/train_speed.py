@@ -19,8 +19,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from benchmarks.flops import train_step_flops  # pylint: disable=wrong-import-position
 from keynorm_jax import run_config  # pylint: disable=wrong-import-position
-from keynorm_jax.optimizer import make_optimizer  # pylint: disable=wrong-import-position
-from keynorm_jax.training import init_state, make_train_step  # pylint: disable=wrong-import-position
+from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=wrong-import-position
+from keynorm_jax.training.loop import (  # pylint: disable=wrong-import-position
+    init_state, make_train_step)
 
 _CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")
 _SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")

@@ -8,7 +8,7 @@ import jax
 sys.path[:0] = [str(pathlib.Path(__file__).resolve().parent.parent),
                 str(pathlib.Path(__file__).resolve().parent)]
 
-from keynorm_jax import training  # pylint: disable=wrong-import-position
+from keynorm_jax.training import loop as training  # pylint: disable=wrong-import-position
 from train_helpers import tiny_config  # pylint: disable=wrong-import-position
 
 if __name__ == "__main__":

@@ -15,11 +15,11 @@ import pytest
 
 from keynorm_jax import positions, run_config
 from keynorm_jax.attention import attend, blocked, einsum
-from keynorm_jax.diagnostics import run_diagnostics
-from keynorm_jax.evaluation import evaluate_run
+from keynorm_jax.evaluation.diagnostics import run_diagnostics
+from keynorm_jax.evaluation.evaluate import evaluate_run
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias
 from keynorm_jax.rope import rope_inv_freq
-from keynorm_jax.run_loading import TrainedRun
+from keynorm_jax.evaluation.run_loading import TrainedRun
 from train_helpers import tiny_config
 
 B, T, H, S, E = 2, 37, 4, 8, 6
@@ -273,7 +273,7 @@ def test_gau_split_projection_is_one_dense():
 
 
 def test_auto_batch_size_follows_the_blocks():
-  from keynorm_jax.evaluation import auto_batch_size  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.evaluation.evaluate import auto_batch_size  # pylint: disable=g-import-not-at-top
   cfg = run_config.model_config(run_config.resolve(run_config.load_config("kna_rope")))
   sizes = {length: auto_batch_size(cfg, length, 16) for length in (512, 4096, 16384, 65536)}
   assert sizes == {512: 16, 4096: 4, 16384: 1, 65536: 1}   # at most 16,384 tokens a batch

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from keynorm_jax import corpora, kjv_dataset, run_config, tokenizer
-from keynorm_jax.eval_sets import eval_windows
-from keynorm_jax.train_stream import train_dataset
+from keynorm_jax import run_config
+from keynorm_jax.data import corpora, kjv_dataset, tokenizer
+from keynorm_jax.data.eval_sets import eval_windows
+from keynorm_jax.data.train_stream import train_dataset
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -114,7 +115,8 @@ def test_eval_windows_repeated_really_repeats(kjv_dir):
 
 def test_eval_windows_identical_across_processes(kjv_dir):
   code = ("import hashlib, sys; sys.path.insert(0, '.');"
-          "from keynorm_jax import corpora, tokenizer; from keynorm_jax.eval_sets import eval_windows;"
+          "from keynorm_jax.data import corpora, tokenizer;"
+          "from keynorm_jax.data.eval_sets import eval_windows;"
           f"t = tokenizer.join_documents(corpora.kjv_documents('test', {kjv_dir!r}));"
           "w = eval_windows(t, kind='non_repeated', length=4096, count=16, train_length=512);"
           "print(hashlib.sha256(w.tobytes()).hexdigest())")

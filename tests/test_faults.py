@@ -30,12 +30,15 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import downloader as tfds_downloader
 from tensorboardX.proto import event_pb2
 
-from keynorm_jax import (checkpoint_writer, checkpointing, checksums, config_changes, corpora,
-                         disk, run_config, training, workdir_lock)
-from keynorm_jax.eval_command import evaluate_workdir
-from keynorm_jax.eval_command import make_columns
-from keynorm_jax.metrics_writer import MetricsWriter, read_metrics
-from keynorm_jax.run_loading import load_run
+from keynorm_jax import run_config
+from keynorm_jax.data import corpora
+from keynorm_jax.storage import checkpoint_writer, checkpointing, checksums, disk, workdir_lock
+from keynorm_jax.training import config_changes
+from keynorm_jax.training import loop as training
+from keynorm_jax.evaluation.command import evaluate_workdir
+from keynorm_jax.evaluation.command import make_columns
+from keynorm_jax.training.metrics_writer import MetricsWriter, read_metrics
+from keynorm_jax.evaluation.run_loading import load_run
 from train_helpers import tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -218,7 +221,7 @@ def test_resume_checks_fields_as_the_user_set_them():
 def test_second_writer_is_refused_naming_the_holder_and_a_dead_holder_does_not_block(tmp_path):
   holder = subprocess.Popen(
       [sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]);"
-       "from keynorm_jax import workdir_lock\n"
+       "from keynorm_jax.storage import workdir_lock\n"
        "with workdir_lock.hold(sys.argv[2]):\n  print('locked', flush=True); time.sleep(300)",
        str(REPO), str(tmp_path)], stdout=subprocess.PIPE, text=True)
   try:

@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 
-from keynorm_jax import training
-from keynorm_jax.metrics_writer import read_metrics
+from keynorm_jax.training import loop as training
+from keynorm_jax.training.metrics_writer import read_metrics
 from train_helpers import tiny_config
 
 WORKER = pathlib.Path(__file__).resolve().parent / "multihost_worker.py"

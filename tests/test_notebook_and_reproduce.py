@@ -5,7 +5,7 @@ import pathlib
 import nbformat
 from nbclient import NotebookClient
 
-from keynorm_jax.reproduce import reproduce
+from keynorm_jax.reproduce.run import reproduce
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

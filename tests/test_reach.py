@@ -11,7 +11,7 @@ import pytest
 from keynorm_jax import run_config
 from keynorm_jax.attention import attend
 from keynorm_jax.attention.reach import attend_with_reach
-from keynorm_jax.diagnostics import reach_summary, run_diagnostics
+from keynorm_jax.evaluation.diagnostics import reach_summary, run_diagnostics
 import numpy_positions_reference as ref
 
 B, T, H, S, E, BUCKET = 2, 12, 2, 8, 3, 4

@@ -9,9 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from keynorm_jax import run_config, sharding, training
-from keynorm_jax.optimizer import make_optimizer
-from keynorm_jax.metrics_writer import read_metrics
+from keynorm_jax import run_config
+from keynorm_jax.training import loop as training
+from keynorm_jax.training import sharding
+from keynorm_jax.training.optimizer import make_optimizer
+from keynorm_jax.training.metrics_writer import read_metrics
 from train_helpers import tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

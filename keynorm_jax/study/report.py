@@ -206,7 +206,8 @@ def write_report(records, output) -> pathlib.Path:
                  "distance (tokens) of queries inside (< train_length) and beyond; the attention mass"
                  " on keys at distances never seen in training (>= train_length, at the resolution "
                  "of train_length / 8 blocks) for queries beyond; the mass on the first "
-                 "train_length / 8 tokens (sink); the entropy (nats). See keynorm_jax/diagnostics.py."
+                 "train_length / 8 tokens (sink); the entropy (nats). See "
+                 "keynorm_jax/evaluation/diagnostics.py."
                  "\n", reach_table(records, architecture), ""]
   sections += ["## Seed-to-seed spread (mean ± standard deviation over seeds)\n",
                seed_table(records)]

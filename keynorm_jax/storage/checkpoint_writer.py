@@ -14,8 +14,8 @@ import jax
 from jax.experimental import multihost_utils
 import orbax.checkpoint as ocp
 
-from keynorm_jax import checksums, disk
-from keynorm_jax.checkpointing import CheckpointError, finished_steps, first_line
+from keynorm_jax.storage import checksums, disk
+from keynorm_jax.storage.checkpointing import CheckpointError, finished_steps, first_line
 
 ITEMS = ("state", "data", "config", "history")
 

@@ -15,7 +15,7 @@ every run and every process get the same windows.
 
 import numpy as np
 
-from keynorm_jax.corpora import DataError
+from keynorm_jax.data.corpora import DataError
 
 EVAL_SETS = ("repeated", "non_repeated")
 

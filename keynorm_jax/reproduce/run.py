@@ -17,14 +17,14 @@ from absl import app, flags, logging
 import jax
 
 from keynorm_jax import run_config
-from keynorm_jax.diagnostics import run_diagnostics
-from keynorm_jax.eval_command import make_columns
-from keynorm_jax.evaluation import evaluate_run, held_out_tokens
-from keynorm_jax.reproduce_report import write_page
-from keynorm_jax.run_loading import load_run
-from keynorm_jax.seed_results import EXTRA_VARIANTS, NO_SCALING, TRANSFORMER_PREFIX
+from keynorm_jax.evaluation.diagnostics import run_diagnostics
+from keynorm_jax.evaluation.command import make_columns
+from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
+from keynorm_jax.reproduce.report import write_page
+from keynorm_jax.evaluation.run_loading import load_run
+from keynorm_jax.reproduce.seed_results import EXTRA_VARIANTS, NO_SCALING, TRANSFORMER_PREFIX
 from keynorm_jax.study.provenance import code_version
-from keynorm_jax.training import train_and_evaluate
+from keynorm_jax.training.loop import train_and_evaluate
 
 VARIANTS = list(NO_SCALING) + list(EXTRA_VARIANTS)
 SCALINGS = ("none", "ntk", "yarn", "rerope")
@@ -159,7 +159,3 @@ def main(argv):
   page = reproduce(_SCALE.value, runs_dir=runs_dir, output=output, variants=_VARIANTS.value,
                    steps=_STEPS.value, data_dir=_DATA_DIR.value, architecture=architecture)
   print(f"Results page: {page}")
-
-
-if __name__ == "__main__":
-  app.run(main)

@@ -13,7 +13,7 @@ import jax
 
 from keynorm_jax import run_config
 from keynorm_jax.models import init_params
-from keynorm_jax.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
+from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
                                        params_restore_args)
 
 

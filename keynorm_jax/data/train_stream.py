@@ -13,7 +13,7 @@ checkpoint, so a resumed run sees exactly the batches it would have seen.
 import grain
 import numpy as np
 
-from keynorm_jax.corpora import DataError
+from keynorm_jax.data.corpora import DataError
 
 
 def num_windows(num_tokens: int, train_length: int) -> int:

@@ -1,7 +1,7 @@
 """Restoring a run's Orbax checkpoints (train state, data iterator state, resolved config, config
 history); checkpoint_writer.py saves them.
 
-Every finished checkpoint gets a SHA-256 manifest (keynorm_jax/checksums.py), checked before it is
+Every finished checkpoint gets a SHA-256 manifest (storage/checksums.py), checked before it is
 restored. A checkpoint that fails the check, fails to restore or holds non-finite values is corrupt:
 training moves it to <workdir>/corrupt_checkpoints/ (kept, not deleted) and falls back to the one
 before; a read-only reader (the evaluator) skips it and moves nothing. An incomplete checkpoint
@@ -21,7 +21,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
-from keynorm_jax import checksums
+from keynorm_jax.storage import checksums
 from keynorm_jax.run_config import ConfigError
 
 _MAX_ATTEMPTS = 100  # steps tried by one restore_latest, however many a running writer adds

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from keynorm_jax import run_config
-from keynorm_jax.eval_sets import eval_windows
+from keynorm_jax.data.eval_sets import eval_windows
 from keynorm_jax.models.attention_block import reach_bucket
 from keynorm_jax.models.layer_stack import layer_intermediates
 

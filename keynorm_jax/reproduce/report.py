@@ -3,8 +3,9 @@
 import json
 import pathlib
 
-from keynorm_jax.eval_report import plot_accuracy_by_position, plot_diagnostics
-from keynorm_jax.seed_results import EXTRA_VARIANTS, NO_SCALING, WITH_SCALING, label, seed_name
+from keynorm_jax.evaluation.report import plot_accuracy_by_position, plot_diagnostics
+from keynorm_jax.reproduce.seed_results import (EXTRA_VARIANTS, NO_SCALING, WITH_SCALING, label,
+                                                seed_name)
 
 
 def _index(records):

@@ -15,7 +15,7 @@ import urllib.parse
 
 import tensorflow_datasets as tfds
 
-from keynorm_jax import kjv_dataset
+from keynorm_jax.data import kjv_dataset
 
 SPLITS = ("train", "validation", "test")
 # Tried, besides the hosts in a TFDS dataset's own URL list, before waiting on its download.
