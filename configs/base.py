@@ -77,4 +77,6 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   c.data.train_split = "train"
   c.data.validation_split = "validation"
   c.data.test_split = "test"
+  c.data.copy_fraction = 0.0      # share of training windows made synthetic copies (a prefix of
+                                  # 16 to train_length / 2 tokens tiled); 0 = the text as is
   return c

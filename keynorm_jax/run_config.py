@@ -171,6 +171,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int) -> None:
               "log_every_steps", "eval_windows"):
     if config[key] < 1:
       raise ConfigError(f"{key} must be at least 1, got {config[key]}.")
+  if not 0.0 <= config.data.copy_fraction <= 1.0:
+    raise ConfigError(f"data.copy_fraction is a share of the training windows, from 0 to 1; got "
+                      f"{config.data.copy_fraction}.")
   if config.learning_rate <= 0:
     raise ConfigError(f"learning_rate must be positive, got {config.learning_rate}.")
   if config.batch_size % num_devices:
@@ -211,10 +214,21 @@ def config_from_json_dict(saved: dict) -> ml_collections.ConfigDict:
       out |= keys(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k}
     return out
 
-  unknown, missing = keys(saved) - keys(expected), keys(expected) - keys(saved)
-  if unknown or missing:
+  unknown = keys(saved) - keys(expected)
+  if unknown:
     raise ConfigError(
-        f"The checkpoint's config does not match this code (unknown keys: "
-        f"{sorted(unknown) or 'none'}; missing keys: {sorted(missing) or 'none'}). Evaluate it "
-        f"with the version of keynorm-jax that trained it, or retrain.")
-  return ml_collections.ConfigDict(saved)
+        f"The checkpoint's config does not match this code (unknown keys: {sorted(unknown)}). "
+        f"Evaluate it with the version of keynorm-jax that trained it, or retrain.")
+  # Settings added since the checkpoint was written take their defaults, which are what the code
+  # did before they existed (e.g. model.scan_layers=False).
+  saved = ml_collections.ConfigDict(saved)
+  for key in sorted(keys(expected) - keys(saved)):
+    section, value = saved, expected
+    *parents, leaf = key.split(".")
+    for parent in parents:
+      value = value[parent]
+      if parent not in section:
+        section[parent] = ml_collections.ConfigDict()
+      section = section[parent]
+    section[leaf] = value[leaf]
+  return saved

@@ -86,6 +86,28 @@ def test_stream_is_endless_reshuffled_and_restorable():
   np.testing.assert_array_equal(next(fresh), epoch2[:5])
 
 
+def test_synthetic_copies_replace_the_chosen_share_of_windows():
+  length, count = 64, 400
+  tokens = np.random.default_rng(0).integers(0, 256, size=length * count + 1)
+  text = {tuple(tokens[i * length:i * length + length + 1]): i for i in range(count)}
+  make = lambda: iter(train_dataset(tokens, train_length=length, global_batch_size=count, seed=5,
+                                    copy_fraction=0.25))
+  epoch = next(make())
+  np.testing.assert_array_equal(epoch, next(make()))                  # drawn from the seed
+  periods = []
+  for row in epoch:
+    if tuple(row) in text:
+      continue
+    period = next(p for p in range(1, length + 1) if (row[p:] == row[:-p]).all())
+    source = next(i for w, i in text.items() if w[:period] == tuple(row[:period]))
+    assert source is not None and 16 <= period <= length // 2
+    periods.append(period)
+  assert 0.18 < len(periods) / count < 0.32                           # ~ copy_fraction
+  assert len(set(periods)) > 10                                       # periods vary
+  plain = next(iter(train_dataset(tokens, train_length=length, global_batch_size=count, seed=5)))
+  assert all(tuple(row) in text for row in plain)
+
+
 def test_hosts_split_the_global_batch():
   tokens = np.arange(200, dtype=np.int32)
   full = next(iter(train_dataset(tokens, train_length=4, global_batch_size=6, seed=1)))

@@ -128,6 +128,21 @@ def test_a_failing_run_does_not_stop_the_others(runs, tmp_path):
   assert "no finished checkpoint" in failures["empty"]
 
 
+def test_a_checkpoint_from_before_a_setting_existed_loads_with_its_default(runs, tmp_path):
+  old = tmp_path / "runs" / "old"
+  shutil.copytree(runs / "kna_rope", old)
+  meta = old / "checkpoints" / "10" / "config" / "metadata"
+  saved = json.loads(meta.read_text())
+  del saved["model"]["scan_layers"], saved["model"]["param_dtype"]
+  meta.write_text(json.dumps(saved))
+  checksums.write_manifest(meta.parent.parent)  # as written by the older version
+  run = load_run(old)
+  assert run.config.model.scan_layers is False and run.config.model.param_dtype == "float32"
+  records, failures, _ = _evaluate(old, tmp_path / "out")
+  assert not failures and records[0]["accuracy"] == _evaluate(
+      runs / "kna_rope", tmp_path / "new")[0][0]["accuracy"]
+
+
 def test_length_the_data_cannot_fill_is_reported(runs, tmp_path):
   records, failures, _ = _evaluate(runs / "kna_rope", tmp_path, lengths=[2_000_000])
   assert not records

@@ -7,7 +7,8 @@ import pytest
 
 from keynorm_jax.study import plan
 from keynorm_jax.study.records import RecordStore
-from keynorm_jax.study.report import copy_accuracies, within_window_retention, write_report
+from keynorm_jax.study.report import (BEGIN, END, copy_accuracies, update_results_page,
+                                     within_window_retention, write_report)
 from keynorm_jax.study.runner import run_one
 
 
@@ -49,3 +50,20 @@ def test_a_tiny_study_run_is_recorded_skipped_and_reported(tmp_path):
   assert text.count("| `kna_alibi` |") == 4        # field, options, copy and reach tables
   reach = record["diagnostics"]["256"]["layers"]["layer_0"]["reach"]
   assert 0.0 <= reach["far_mass_beyond_train"] <= 1.0
+  results_page = tmp_path / "RESULTS.md"
+  results_page.write_text(f"intro\n{BEGIN}\nold numbers\n{END}\nreading\n")
+  assert update_results_page(store.all(), results_page)
+  text = results_page.read_text()
+  assert text.startswith(f"intro\n{BEGIN}\n") and text.endswith(f"{END}\nreading\n")
+  assert "old numbers" not in text and "| `kna_alibi` |" in text       # the reach table's row
+  results_page.write_text("no markers\n")
+  assert not update_results_page(store.all(), results_page)
+  assert results_page.read_text() == "no markers\n"
+
+
+def test_copy_runs_have_their_own_keys_and_labels():
+  run = plan.StudyRun("kna_rope", seed=1, copy_fraction=0.1)
+  assert (run.key, run.label) == ("kna_rope__copy10__seed1", "kna_rope+copy10")
+  assert plan.StudyRun("kna_rope").key == "kna_rope__seed0"
+  keys = [r.key for r in plan.field_runs()]
+  assert len(keys) == len(set(keys)) and "transformer_kna_rope__copy10__seed0" in keys

@@ -169,6 +169,8 @@ def test_cli_trains_with_bare_config_name_and_default_workdir(tmp_path, data_dir
     (["--config=kna_rope", "--config.no_such_key=1"], "no_such_key"),
     (["--config=kna_rope", "--config.batch_size=eight"], "batch_size"),
     (["--config=kna_rope", "--config.model_size=huge"], "Unknown model_size 'huge'"),
+    (["--config=kna_rope", "--config.data.copy_fraction=1.5"], "copy_fraction is a share"),
+    (["--config=baseline_hwfa", "--config.model.scan_layers=true"], "scan_layers=False"),
 ])
 def test_cli_bad_configs_fail_clearly(tmp_path, args, message):
   result = _train_cli(args, tmp_path)

@@ -6,6 +6,11 @@ pack with segment ids: KJV books (and most long-document corpora) are far longer
 window, so few windows straddle a boundary, the separator marks it, and every attention variant
 stays a plain causal attention.
 
+Synthetic copies (`copy_fraction` > 0): that share of the windows, drawn once per window from the
+seed, is replaced by a prefix of itself of P tokens (P uniform in [MIN_COPY_PERIOD, train_length / 2])
+tiled over the whole window, so training contains copying at distances inside the trained range
+(the copy test evaluates period train_length / 4). Reported as such wherever used.
+
 The pipeline is a Grain dataset; its iterator's `get_state()` is a small dict saved with every
 checkpoint, so a resumed run sees exactly the batches it would have seen.
 """
@@ -16,12 +21,21 @@ import numpy as np
 from keynorm_jax.data.corpora import DataError
 
 
+MIN_COPY_PERIOD = 16
+
+
+def copied(window, period: int):
+  """The first `period` tokens of `window` repeated over its length."""
+  return np.resize(window[:period], window.shape)
+
+
 def num_windows(num_tokens: int, train_length: int) -> int:
   return max(0, (num_tokens - 1) // train_length)
 
 
 def train_dataset(tokens, *, train_length: int, global_batch_size: int, seed: int,
-                  process_index: int = 0, process_count: int = 1) -> grain.IterDataset:
+                  process_index: int = 0, process_count: int = 1,
+                  copy_fraction: float = 0.0) -> grain.IterDataset:
   """Endless dataset of int32 batches [global_batch_size / process_count, train_length + 1].
 
   Each epoch is a fresh shuffle (seeded) of all windows; every host sees the same global batch
@@ -39,8 +53,15 @@ def train_dataset(tokens, *, train_length: int, global_batch_size: int, seed: in
   local = global_batch_size // process_count
   lo = process_index * local
 
+  max_period = max(MIN_COPY_PERIOD, train_length // 2)
+
   def window(i):
-    return tokens[i * train_length:i * train_length + train_length + 1]
+    out = tokens[i * train_length:i * train_length + train_length + 1]
+    if copy_fraction:
+      draw = np.random.default_rng((seed, int(i)))
+      if draw.random() < copy_fraction:
+        out = copied(out, int(draw.integers(MIN_COPY_PERIOD, max_period + 1)))
+    return out
 
   dataset = (grain.MapDataset.range(count).shuffle(seed=seed).repeat(None).map(window)
              .batch(global_batch_size, drop_remainder=True).map(lambda b: b[lo:lo + local]))

@@ -2,15 +2,16 @@ r"""The field study, run by run: `python -m keynorm_jax.study --scale=cpu`.
 
 Trains and evaluates every run of keynorm_jax/study/plan.py that has no record yet under
 results/field/ (skips the rest), writing each record as soon as its run is done, then rebuilds
-results/field/FIELD.md. Stop it any time; the next invocation continues. --runs limits it to some
+results/field/FIELD.md and the field-study block of RESULTS.md (between its markers). Stop it any
+time; the next invocation continues. --runs limits it to some
 run keys (e.g. kna_alibi__seed0); --max_runs to a number of new runs.
 """
 
 from absl import app, flags, logging
 
 from keynorm_jax.study import plan
-from keynorm_jax.study.records import RecordStore
-from keynorm_jax.study.report import write_report
+from keynorm_jax.study.records import RESULTS_ROOT, RecordStore
+from keynorm_jax.study.report import update_results_page, write_report
 from keynorm_jax.study.runner import run_one
 
 _SCALE = flags.DEFINE_enum("scale", "cpu", list(plan.SCALES), "Study scale.")
@@ -45,8 +46,13 @@ def main(argv):
                    data_dir=_DATA_DIR.value, keep_run=_KEEP_RUNS.value)
     print(f"  recorded {path}", flush=True)
     done += 1
-  page = write_report(store.all(), store.directory)
+  records = store.all()
+  page = write_report(records, store.directory)
   print(f"Report: {page}")
+  if study == "field" and _RESULTS.value is None:
+    results_page = RESULTS_ROOT.parent / "RESULTS.md"
+    if update_results_page(records, results_page):
+      print(f"Updated the field-study block of {results_page}")
 
 
 if __name__ == "__main__":

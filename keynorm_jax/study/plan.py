@@ -32,17 +32,28 @@ OTHER_OPTIONS = ("window", "streaming")
 
 @dataclasses.dataclass(frozen=True)
 class StudyRun:
+  """A named config trained with one seed; copy_fraction > 0 mixes that share of synthetic copy
+  windows into its training data (data/train_stream.py), shown as `<config>+copy<percent>`."""
   config: str
   seed: int = 0
+  copy_fraction: float = 0.0
+
+  @property
+  def label(self) -> str:
+    return self.config + (f"+copy{round(100 * self.copy_fraction)}" if self.copy_fraction else "")
 
   @property
   def key(self) -> str:
-    return f"{self.config}__seed{self.seed}"
+    return f"{self.label.replace('+', '__')}__seed{self.seed}"
 
 
 # First the runs that answer the most: the Transformer's KeyNorm question (GAU vs Transformer for
 # Baseline, KNA, CosA-log n and QK-norm), then the GAU field table, the Transformer's other rows and
 # the seeds.
+# The copy test's models: the cpu models trained on text alone do not copy at period 128 (repeated
+# accuracy at 1x is no higher than non-repeated), so these see 10% synthetic copy windows.
+COPY_FRACTION = 0.1
+COPY_RUNS = ("baseline_rope", "kna_rope", "transformer_baseline_rope", "transformer_kna_rope")
 FIRST = ("transformer_baseline_rope", "transformer_kna_rope", "baseline_rope", "kna_rope",
          "transformer_cosa_logn_rope", "transformer_qknorm_rope", "cosa_logn_rope", "qknorm_rope")
 
@@ -56,7 +67,9 @@ def field_runs() -> list[StudyRun]:
            for prefix in ("", "transformer_")
            for name in ("baseline_rope", "kna_rope", "cosa_logn_rope", "baseline_alibi")]
   names = list(FIRST) + [c for c in gau + transformer if c not in FIRST]
-  return [StudyRun(c) for c in names] + seeds
+  copies = [StudyRun(c, copy_fraction=COPY_FRACTION) for c in COPY_RUNS]
+  first = [StudyRun(c) for c in names[:len(FIRST)]]
+  return first + copies + [StudyRun(c) for c in names[len(FIRST):]] + seeds
 
 
 def inference_options(position: str) -> tuple[str, ...]:

@@ -30,6 +30,11 @@ def _pct(x):
   return "n/a" if x is None else f"{100 * x:.2f}"
 
 
+def _name(record):
+  """The run's label: its config name, with +copy<percent> when trained with synthetic copies."""
+  return record.get("label", record["config_name"])
+
+
 def _train_length(record):
   return record["config"]["train_length"]
 
@@ -69,37 +74,60 @@ def _table(head, rows):
 
 def field_table(records, architecture):
   rows = []
-  for rec in sorted(_seed0(records, architecture), key=lambda r: r["config_name"]):
+  for rec in sorted(_seed0(records, architecture), key=_name):
     t = _train_length(rec)
     one, eight, sixteen = (_find(rec, m * t) for m in plan.LENGTH_MULTIPLES)
     acc = lambda r: None if r is None else r.get("accuracy")
     ratio = (acc(eight) / acc(one)) if acc(eight) is not None and acc(one) else None
     within = within_window_retention(eight, t)
-    rows.append([f"`{rec['config_name']}`", _pct(acc(one)), _pct(acc(eight)), _pct(acc(sixteen)),
+    rows.append([f"`{_name(rec)}`", _pct(acc(one)), _pct(acc(eight)), _pct(acc(sixteen)),
                  _pct(ratio), _pct(within), (rec["provenance"]["commit"] or "?")[:8]])
   return _table(["config", "1x", "8x", "16x", "8x / 1x", "8x beyond / inside (same windows)",
                  "commit"], rows)
 
 
+def _accuracy_cells(rec):
+  """1x, 8x, 8x / 1x and same-window retention of a record, formatted."""
+  if rec is None:
+    return [""] * 4
+  t = _train_length(rec)
+  one, eight = _find(rec, t), _find(rec, 8 * t)
+  acc = lambda r: None if r is None else r.get("accuracy")
+  ratio = (acc(eight) / acc(one)) if acc(eight) is not None and acc(one) else None
+  return [_pct(acc(one)), _pct(acc(eight)), _pct(ratio), _pct(within_window_retention(eight, t))]
+
+
+def architecture_table(records):
+  """GAU and Transformer side by side for every config run on both (seed 0)."""
+  by_name = {_name(rec): rec for rec in records if rec["seed"] == 0}
+  prefix = "transformer_"
+  names = sorted({n[len(prefix):] if n.startswith(prefix) else n for n in by_name})
+  rows = [[f"`{n}`"] + _accuracy_cells(by_name.get(n)) + _accuracy_cells(by_name.get(prefix + n))
+          for n in names if prefix + n in by_name]
+  cells = ["1x", "8x", "8x / 1x", "same windows"]
+  return _table(["config"] + [f"GAU {c}" for c in cells] + [f"Transformer {c}" for c in cells],
+                rows)
+
+
 def options_table(records, architecture):
   rows = []
-  for rec in sorted(_seed0(records, architecture), key=lambda r: r["config_name"]):
+  for rec in sorted(_seed0(records, architecture), key=_name):
     t = _train_length(rec)
     cells = []
     for option in OPTION_ORDER:
       r = _find(rec, 8 * t, method=option)
       cells.append("" if r is None else _pct(r.get("accuracy")))
-    rows.append([f"`{rec['config_name']}`"] + cells)
+    rows.append([f"`{_name(rec)}`"] + cells)
   return _table(["config (8x, non-repeated)"] + list(OPTION_ORDER), rows)
 
 
 def copy_table(records, architecture):
   rows = []
-  for rec in sorted(_seed0(records, architecture), key=lambda r: r["config_name"]):
+  for rec in sorted(_seed0(records, architecture), key=_name):
     t = _train_length(rec)
     first, inside, _ = copy_accuracies(_find(rec, t, "repeated"), t)
     _, _, beyond = copy_accuracies(_find(rec, 8 * t, "repeated"), t)
-    rows.append([f"`{rec['config_name']}`", _pct(first), _pct(inside), _pct(beyond)])
+    rows.append([f"`{_name(rec)}`", _pct(first), _pct(inside), _pct(beyond)])
   return _table(["config", "1x: first copy", "1x: later copies", "8x: copies beyond 1x"], rows)
 
 
@@ -113,7 +141,7 @@ def _mean_over_layers(layers, key):
 def reach_table(records, architecture):
   """Where attention goes at 8x (diagnostics, mean over layers and heads): inside vs beyond."""
   rows = []
-  for rec in sorted(_seed0(records, architecture), key=lambda r: r["config_name"]):
+  for rec in sorted(_seed0(records, architecture), key=_name):
     found = rec.get("diagnostics", {}).get(str(8 * _train_length(rec)))
     if not found or "reach" not in next(iter(found["layers"].values()), {}):
       continue
@@ -121,7 +149,7 @@ def reach_table(records, architecture):
     cell = lambda key, scale=1.0, digits=1: (
         "n/a" if _mean_over_layers(layers, key) is None
         else f"{scale * _mean_over_layers(layers, key):.{digits}f}")
-    rows.append([f"`{rec['config_name']}`",
+    rows.append([f"`{_name(rec)}`",
                  cell("mean_distance_within_train", digits=0),
                  cell("mean_distance_beyond_train", digits=0),
                  cell("far_mass_beyond_train", 100),
@@ -135,7 +163,7 @@ def reach_table(records, architecture):
 def seed_table(records):
   by_config = collections.defaultdict(list)
   for rec in records:
-    by_config[rec["config_name"]].append(rec)
+    by_config[_name(rec)].append(rec)
   rows = []
   for name, recs in sorted(by_config.items()):
     if len(recs) < 2:
@@ -151,11 +179,13 @@ def seed_table(records):
     ratio = [e / o if e is not None and o else None for e, o in zip(eight, one)]
     rows.append([f"`{name}`", ", ".join(str(r["seed"]) for r in sorted(recs, key=lambda r: r["seed"])),
                  stat(one), stat(eight), stat(ratio)])
+  if not rows:
+    return "(No config has records for two seeds yet.)"
   return _table(["config", "seeds", "1x", "8x", "8x / 1x"], rows)
 
 
 def plot_by_position(records, architecture, path):
-  recs = sorted(_seed0(records, architecture), key=lambda r: r["config_name"])
+  recs = sorted(_seed0(records, architecture), key=_name)
   fig, ax = plt.subplots(figsize=(11, 5))
   ax.set_prop_cycle(color=plt.cm.tab20.colors + plt.cm.tab20b.colors)
   for rec in recs:
@@ -164,7 +194,7 @@ def plot_by_position(records, architecture, path):
       continue
     xs = [r["position_bucket"] * (i + 0.5) for i in range(len(r["accuracy_by_position"]))]
     style = "-" if "kna" in rec["config_name"] else "--"
-    ax.plot(xs, r["accuracy_by_position"], style, lw=1.1, label=rec["config_name"])
+    ax.plot(xs, r["accuracy_by_position"], style, lw=1.1, label=_name(rec))
   if recs:
     ax.axvline(_train_length(recs[0]), color="grey", lw=0.8, ls=":")
   ax.set_xlabel("position")
@@ -175,6 +205,42 @@ def plot_by_position(records, architecture, path):
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+BEGIN, END = "<!-- field-study:begin -->", "<!-- field-study:end -->"
+
+
+def results_block(records) -> str:
+  """What RESULTS.md shows of the study (between its markers): the architectures side by side,
+  where attention goes, and the seed spread; the full tables are in results/field/FIELD.md."""
+  parts = [f"Generated from the {len(records)} records in `results/field/` by `python -m "
+           "keynorm_jax.study --report_only` (each record holds its command, commit and seed; the "
+           "full tables are in [results/field/FIELD.md](results/field/FIELD.md)). Accuracy (%) on "
+           "non-repeated held-out text, one training seed unless the seed table says otherwise.\n",
+           "#### GAU and Transformer, trained at 512 (1x), evaluated at 4096 (8x)\n",
+           architecture_table(records)]
+  for architecture in ("gau", "transformer"):
+    if _seed0(records, architecture):
+      parts += [f"\n#### {architecture}: where attention goes at 8x\n",
+                reach_table(records, architecture)]
+  parts += ["\n#### Seed-to-seed spread (mean ± standard deviation over seeds)\n",
+            seed_table(records)]
+  return "\n".join(parts)
+
+
+def update_results_page(records, page) -> bool:
+  """Replaces the text between the markers of `page` (RESULTS.md) with results_block; False when
+  the page or its markers are missing (nothing written)."""
+  page = pathlib.Path(page)
+  if not page.is_file():
+    return False
+  text = page.read_text()
+  if BEGIN not in text or END not in text:
+    return False
+  head, rest = text.split(BEGIN, 1)
+  _, tail = rest.split(END, 1)
+  page.write_text(f"{head}{BEGIN}\n{results_block(records)}\n{END}{tail}")
+  return True
 
 
 def write_report(records, output) -> pathlib.Path:
@@ -190,6 +256,7 @@ def write_report(records, output) -> pathlib.Path:
       "`keynorm_jax/study/plan.py` (cpu: 1000 steps of 8 x 512; 16 windows at 1x and 8x, 8 at "
       "16x).\n",
   ]
+  sections += ["## GAU and Transformer side by side (seed 0)\n", architecture_table(records), ""]
   for architecture in ("gau", "transformer"):
     if not _seed0(records, architecture):
       continue

@@ -20,6 +20,7 @@ def study_config(entry: plan.StudyRun, scale: str, data_dir: str = ""):
   config = run_config.load_config(entry.config)
   config.update(plan.SCALES[scale]["train"])
   config.seed = entry.seed
+  config.data.copy_fraction = entry.copy_fraction
   config.data.data_dir = data_dir
   return run_config.resolve(config)
 
@@ -48,6 +49,7 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
   metrics = read_metrics(workdir)
   record = {
       "study": store.directory.name, "key": entry.key, "config_name": entry.config,
+      "label": entry.label, "copy_fraction": entry.copy_fraction,
       "seed": entry.seed, "scale": scale, "plan_key": plan.plan_key(scale),
       "architecture": config.model.architecture, "checkpoint_step": run.step,
       "train": {"steps": config.num_train_steps, "seconds": train_seconds,

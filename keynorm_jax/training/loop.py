@@ -176,7 +176,8 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
   train_tokens, validation_tokens = _tokens(config, "train"), _tokens(config, "validation")
   dataset = train_dataset(train_tokens, train_length=config.train_length,
                           global_batch_size=config.batch_size, seed=config.seed,
-                          process_index=jax.process_index(), process_count=jax.process_count())
+                          process_index=jax.process_index(), process_count=jax.process_count(),
+                          copy_fraction=config.data.copy_fraction)
   validation = eval_windows(validation_tokens, kind="non_repeated", length=config.train_length,
                             count=config.eval_windows, train_length=config.train_length)
 
