@@ -15,9 +15,9 @@ import traceback
 import ml_collections
 
 from keynorm_jax import positions
+from keynorm_jax.data.tokenizer import VOCAB_SIZE
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.models import ModelConfig, build_model as _build_model
-from keynorm_jax.data.tokenizer import VOCAB_SIZE
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "configs"

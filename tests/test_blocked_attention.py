@@ -17,9 +17,9 @@ from keynorm_jax import positions, run_config
 from keynorm_jax.attention import attend, blocked, einsum
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run
+from keynorm_jax.evaluation.run_loading import TrainedRun
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias
 from keynorm_jax.rope import rope_inv_freq
-from keynorm_jax.evaluation.run_loading import TrainedRun
 from train_helpers import tiny_config
 
 B, T, H, S, E = 2, 37, 4, 8, 6

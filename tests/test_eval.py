@@ -11,14 +11,14 @@ import jax
 import numpy as np
 import pytest
 
-from keynorm_jax.storage import checksums
-from keynorm_jax.training import loop as training
-from keynorm_jax.evaluation.command import evaluate_workdir
 from keynorm_jax.data.eval_sets import eval_windows
+from keynorm_jax.evaluation.command import evaluate_workdir
 from keynorm_jax.evaluation.command import make_columns
 from keynorm_jax.evaluation.evaluate import held_out_tokens
-from keynorm_jax.run_config import build_model
 from keynorm_jax.evaluation.run_loading import load_run
+from keynorm_jax.run_config import build_model
+from keynorm_jax.storage import checksums
+from keynorm_jax.training import loop as training
 from train_helpers import tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

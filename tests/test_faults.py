@@ -32,13 +32,13 @@ from tensorboardX.proto import event_pb2
 
 from keynorm_jax import run_config
 from keynorm_jax.data import corpora
+from keynorm_jax.evaluation.command import evaluate_workdir
+from keynorm_jax.evaluation.command import make_columns
+from keynorm_jax.evaluation.run_loading import load_run
 from keynorm_jax.storage import checkpoint_writer, checkpointing, checksums, disk, workdir_lock
 from keynorm_jax.training import config_changes
 from keynorm_jax.training import loop as training
-from keynorm_jax.evaluation.command import evaluate_workdir
-from keynorm_jax.evaluation.command import make_columns
 from keynorm_jax.training.metrics_writer import MetricsWriter, read_metrics
-from keynorm_jax.evaluation.run_loading import load_run
 from train_helpers import tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from keynorm_jax import run_config
-from keynorm_jax.training import loop as training
-from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.errors import ConfigError
-from keynorm_jax.training.metrics_writer import read_metrics
+from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.models import init_params
+from keynorm_jax.training import loop as training
+from keynorm_jax.training.metrics_writer import read_metrics
 from keynorm_jax.training.optimizer import make_optimizer
 from train_helpers import tiny_config
 

@@ -7,10 +7,10 @@ import math
 import pytest
 
 from keynorm_jax import positions
-from keynorm_jax.training import loop as training
 from keynorm_jax.evaluation.command import make_columns
 from keynorm_jax.evaluation.evaluate import evaluate_run
 from keynorm_jax.evaluation.run_loading import load_run
+from keynorm_jax.training import loop as training
 from train_helpers import tiny_config
 
 # One attention variant per method, alternating, so both Baseline and KNA meet every kind.

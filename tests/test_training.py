@@ -12,8 +12,8 @@ import pytest
 from keynorm_jax import run_config
 from keynorm_jax.training import loop as training
 from keynorm_jax.training import sharding
-from keynorm_jax.training.optimizer import make_optimizer
 from keynorm_jax.training.metrics_writer import read_metrics
+from keynorm_jax.training.optimizer import make_optimizer
 from train_helpers import tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

@@ -11,8 +11,8 @@ import pytest
 
 from keynorm_jax import run_config
 from keynorm_jax.attention import fused
-from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.errors import ConfigError
+from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.models import GAULM, ModelConfig, build_model, count_params
 from keynorm_jax.models.gau import GAULayer
 from keynorm_jax.models.transformer import TransformerBlock, TransformerLM

@@ -10,12 +10,12 @@ import traceback
 
 import jax
 
-from keynorm_jax.storage import disk
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
-from keynorm_jax.evaluation.report import markdown_table, write_results
 from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
-from keynorm_jax.positions import INFERENCE_METHODS, EvalColumn, inference_method
+from keynorm_jax.evaluation.report import markdown_table, write_results
 from keynorm_jax.evaluation.run_loading import find_runs, load_run
+from keynorm_jax.positions import INFERENCE_METHODS, EvalColumn, inference_method
+from keynorm_jax.storage import disk
 
 
 def make_columns(names, *, posthoc_logn=False, **knobs):

@@ -9,12 +9,12 @@ import time
 import numpy as np
 
 from keynorm_jax import run_config
-from keynorm_jax.data import corpora
 from keynorm_jax.attention import block_sizes
+from keynorm_jax.data import corpora
 from keynorm_jax.data.eval_sets import EVAL_SETS, eval_windows
-from keynorm_jax.positions import EvalColumn
-from keynorm_jax.evaluation.scoring import make_scorer, score_windows
 from keynorm_jax.data.tokenizer import join_documents
+from keynorm_jax.evaluation.scoring import make_scorer, score_windows
+from keynorm_jax.positions import EvalColumn
 
 _EVAL_MEMORY_BUDGET_BYTES = 4 * 2**30
 _EVAL_MAX_TOKENS_PER_BATCH = 16384

@@ -17,11 +17,11 @@ from absl import app, flags, logging
 import jax
 
 from keynorm_jax import run_config
-from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.command import make_columns
+from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
-from keynorm_jax.reproduce.report import write_page
 from keynorm_jax.evaluation.run_loading import load_run
+from keynorm_jax.reproduce.report import write_page
 from keynorm_jax.reproduce.seed_results import EXTRA_VARIANTS, NO_SCALING, TRANSFORMER_PREFIX
 from keynorm_jax.study.provenance import code_version
 from keynorm_jax.training.loop import train_and_evaluate

@@ -5,15 +5,15 @@ import shutil
 import time
 
 from keynorm_jax import run_config
-from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.command import make_columns
+from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
-from keynorm_jax.training.metrics_writer import read_metrics
 from keynorm_jax.evaluation.run_loading import load_run
 from keynorm_jax.study import plan
 from keynorm_jax.study.provenance import provenance
 from keynorm_jax.study.records import RecordStore
 from keynorm_jax.training.loop import train_and_evaluate
+from keynorm_jax.training.metrics_writer import read_metrics
 
 
 def study_config(entry: plan.StudyRun, scale: str, data_dir: str = ""):

@@ -21,17 +21,17 @@ import tqdm
 from keynorm_jax import run_config
 from keynorm_jax.data import corpora
 from keynorm_jax.storage import disk, workdir_lock
-from keynorm_jax.training import config_changes, sharding
 from keynorm_jax.storage.checkpoint_writer import CheckpointWriter
+from keynorm_jax.training import config_changes, sharding
 from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
                                        state_restore_args)
 from keynorm_jax.data.eval_sets import eval_windows
-from keynorm_jax.training.metrics_writer import MetricsWriter
-from keynorm_jax.models import count_params, init_params
-from keynorm_jax.training.optimizer import learning_rate_schedule, make_optimizer
-from keynorm_jax.evaluation.scoring import make_scorer, score_windows, token_scores
 from keynorm_jax.data.tokenizer import join_documents
 from keynorm_jax.data.train_stream import train_dataset
+from keynorm_jax.evaluation.scoring import make_scorer, score_windows, token_scores
+from keynorm_jax.models import count_params, init_params
+from keynorm_jax.training.metrics_writer import MetricsWriter
+from keynorm_jax.training.optimizer import learning_rate_schedule, make_optimizer
 
 # Keys that may change when a stopped run is continued (they do not change what is computed);
 # optimizer settings may change too when allowed explicitly (see config_changes.py).
