@@ -2,13 +2,14 @@
 derived figures checked on records whose answers are worked out by hand."""
 
 import json
+import pathlib
 
 import pytest
 
 from keynorm_jax.study import plan
 from keynorm_jax.study.records import RecordStore
-from keynorm_jax.study.report import (BEGIN, END, copy_accuracies, update_results_page,
-                                     within_window_retention, write_report)
+from keynorm_jax.study.report import (BEGIN, END, copy_accuracies, results_block,
+                                     update_results_page, within_window_retention, write_report)
 from keynorm_jax.study.runner import run_one
 
 
@@ -67,3 +68,11 @@ def test_copy_runs_have_their_own_keys_and_labels():
   assert plan.StudyRun("kna_rope").key == "kna_rope__seed0"
   keys = [r.key for r in plan.field_runs()]
   assert len(keys) == len(set(keys)) and "transformer_kna_rope__copy10__seed0" in keys
+
+
+def test_results_page_shows_what_the_committed_records_say():
+  records = RecordStore("field").all()
+  text = (pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md").read_text()
+  assert f"{BEGIN}\n{results_block(records)}\n{END}" in text, (
+      "RESULTS.md's field-study block is not the one the records in results/field/ give; rebuild "
+      "it with `python -m keynorm_jax.study --report_only`.")
