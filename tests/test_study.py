@@ -48,6 +48,7 @@ def test_a_tiny_study_run_is_recorded_skipped_and_reported(tmp_path):
   page = write_report(store.all(), store.directory)
   text = page.read_text()
   assert (store.directory / "by_position_gau.png").exists()
+  assert (store.directory / "reach_gau.png").exists()
   assert text.count("| `kna_alibi` |") == 4        # field, options, copy and reach tables
   reach = record["diagnostics"]["256"]["layers"]["layer_0"]["reach"]
   assert 0.0 <= reach["far_mass_beyond_train"] <= 1.0

@@ -222,7 +222,12 @@ def results_block(records) -> str:
   for architecture in ("gau", "transformer"):
     if _seed0(records, architecture):
       parts += [f"\n#### {architecture}: where attention goes at 8x\n",
-                reach_table(records, architecture)]
+                reach_table(records, architecture),
+                f"\n![{architecture}: accuracy by position at 8x]"
+                f"(results/field/by_position_{architecture}.png)"]
+      if any(_reach_layers(r) for r in _seed0(records, architecture)):
+        parts += [f"![{architecture}: attention mass by distance at 8x]"
+                  f"(results/field/reach_{architecture}.png)"]
   parts += ["\n#### Seed-to-seed spread (mean ± standard deviation over seeds)\n",
             seed_table(records)]
   return "\n".join(parts)
@@ -240,6 +245,40 @@ def update_results_page(records, page) -> bool:
   head, rest = text.split(BEGIN, 1)
   _, tail = rest.split(END, 1)
   page.write_text(f"{head}{BEGIN}\n{results_block(records)}\n{END}{tail}")
+  return True
+
+
+def _reach_layers(rec):
+  found = rec.get("diagnostics", {}).get(str(8 * _train_length(rec)))
+  layers = (found or {}).get("layers", {})
+  return layers if layers and all("reach" in l for l in layers.values()) else None
+
+
+def plot_reach(records, architecture, path) -> bool:
+  """Attention mass by distance for queries beyond the training length at 8x (mean over layers),
+  one line per run; False (nothing drawn) when no record has the measurement."""
+  recs = [r for r in sorted(_seed0(records, architecture), key=_name) if _reach_layers(r)]
+  if not recs:
+    return False
+  fig, ax = plt.subplots(figsize=(9, 4.5))
+  ax.set_prop_cycle(color=plt.cm.tab20.colors + plt.cm.tab20b.colors)
+  for rec in recs:
+    layers = list(_reach_layers(rec).values())
+    profiles = [l["reach"]["mass_by_block_distance_beyond_train"] for l in layers]
+    mass = [sum(p[i] for p in profiles) / len(profiles) for i in range(len(profiles[0]))]
+    bucket = rec["diagnostics"][str(8 * _train_length(rec))]["position_bucket"]
+    style = "-" if "kna" in rec["config_name"] else "--"
+    ax.semilogy([bucket * i for i in range(len(mass))], [max(m, 1e-6) for m in mass], style,
+                lw=1.1, label=_name(rec))
+  ax.axvline(_train_length(recs[0]), color="grey", lw=0.8, ls=":")
+  ax.set_xlabel("distance from query to key (tokens, blocks of train_length / 8)")
+  ax.set_ylabel("attention mass (queries beyond train_length)")
+  ax.set_title(f"{architecture}: where attention goes at 8x, mean over layers (dotted: train_length)")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=6, ncol=2)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
   return True
 
 
@@ -276,6 +315,8 @@ def write_report(records, output) -> pathlib.Path:
                  "train_length / 8 tokens (sink); the entropy (nats). See "
                  "keynorm_jax/evaluation/diagnostics.py."
                  "\n", reach_table(records, architecture), ""]
+    if plot_reach(records, architecture, output / f"reach_{architecture}.png"):
+      sections += [f"![where attention goes](reach_{architecture}.png)\n"]
   sections += ["## Seed-to-seed spread (mean ± standard deviation over seeds)\n",
                seed_table(records)]
   page = output / "FIELD.md"
