@@ -221,8 +221,9 @@ def config_from_json_dict(saved: dict) -> ml_collections.ConfigDict:
         f"Evaluate it with the version of keynorm-jax that trained it, or retrain.")
   # Settings added since the checkpoint was written take their defaults, which are what the code
   # did before they existed (e.g. model.scan_layers=False).
+  missing = sorted(keys(expected) - keys(saved))
   saved = ml_collections.ConfigDict(saved)
-  for key in sorted(keys(expected) - keys(saved)):
+  for key in missing:
     section, value = saved, expected
     *parents, leaf = key.split(".")
     for parent in parents:

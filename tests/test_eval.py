@@ -138,6 +138,7 @@ def test_a_checkpoint_from_before_a_setting_existed_loads_with_its_default(runs,
   checksums.write_manifest(meta.parent.parent)  # as written by the older version
   run = load_run(old)
   assert run.config.model.scan_layers is False and run.config.model.param_dtype == "float32"
+  assert run.config.model.attention == "kna"                    # the saved settings are kept
   records, failures, _ = _evaluate(old, tmp_path / "out")
   assert not failures and records[0]["accuracy"] == _evaluate(
       runs / "kna_rope", tmp_path / "new")[0][0]["accuracy"]
