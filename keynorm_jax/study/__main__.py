@@ -10,6 +10,7 @@ run keys (e.g. kna_alibi__seed0); --max_runs to a number of new runs.
 from absl import app, flags, logging
 
 from keynorm_jax.study import plan
+from keynorm_jax.study.provenance import provenance
 from keynorm_jax.study.records import RESULTS_ROOT, RecordStore
 from keynorm_jax.study.report import update_results_page, write_report
 from keynorm_jax.study.runner import run_one
@@ -28,6 +29,7 @@ _KEEP_RUNS = flags.DEFINE_bool("keep_runs", False, "Keep each run's workdir (che
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  provenance()  # the code this process runs, read before any run starts
   study = "field" if _SCALE.value == "cpu" else f"field_{_SCALE.value}"
   store = RecordStore(study) if _RESULTS.value is None else RecordStore(
       study, root=_RESULTS.value)

@@ -1,6 +1,7 @@
 """Where a number came from: the command, the commit, the code version and the library versions."""
 
 import datetime
+import functools
 import hashlib
 import pathlib
 import platform
@@ -12,6 +13,7 @@ import jax
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent
 
 
+@functools.cache
 def code_version() -> str:
   """sha256 (first 12 hex) of every .py file of the package, in path order."""
   digest = hashlib.sha256()
@@ -29,15 +31,26 @@ def _git(*args) -> str | None:
   return out.stdout.strip() if out.returncode == 0 else None
 
 
-def provenance() -> dict:
+@functools.cache
+def _code_state() -> dict:
+  """The commit and code version, read once per process: a record made by a long-running study
+  names the code it ran, not code edited on disk since it started."""
   return {
-      "command": " ".join(sys.argv),
       "commit": _git("rev-parse", "HEAD"),
       "dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", str(PACKAGE))),
       "code_version": code_version(),
+  }
+
+
+def provenance() -> dict:
+  return {
+      "command": " ".join(sys.argv),
+      **_code_state(),
       "date": datetime.datetime.now().isoformat(timespec="seconds"),
       "jax": jax.__version__,
       "backend": jax.default_backend(),
+      "device": jax.devices()[0].device_kind,
+      "matmul_precision": str(jax.config.jax_default_matmul_precision),
       "machine": platform.platform(),
       "python": platform.python_version(),
   }
