@@ -2,8 +2,12 @@ r"""Training speed and MFU on this machine: `python benchmarks/train_speed.py`.
 
 For each architecture at the `cpu` size (8 x 512, float32; --dtypes=float32,bfloat16 adds bf16):
 seconds per jitted training step, tokens/s, the step's FLOPs (counted analytically, see
-benchmarks/flops.py) and MFU = achieved FLOP/s over this machine's matmul peak, measured here
-through XLA (an n x n float32 matmul, best of several). Figures printed; nothing is asserted.
+benchmarks/flops.py) and MFU = achieved FLOP/s over this machine's matmul peak in the row's compute
+dtype, measured here through XLA (an n x n matmul, best of several), and the memory of the compiled
+step (XLA's memory_analysis: arguments + temporaries). Figures printed; nothing is asserted.
+
+On an accelerator: `python benchmarks/train_speed.py --model_size=seed --dtypes=bfloat16,float32
+--peak_n=8192` (the seed's sizes, 32 x 512; parameters and optimizer state stay float32).
 """
 
 import pathlib
@@ -44,8 +48,17 @@ def matmul_peak(n: int, dtype=jnp.float32, repeats: int = 5) -> float:
   return 2 * n**3 / best
 
 
+def compiled_gib(step, state, batch) -> float:
+  """Arguments + temporaries of the compiled step (GiB per device), or nan where XLA does not say."""
+  analysis = step.lower(state, batch).compile().memory_analysis()
+  if analysis is None:
+    return float("nan")
+  return (analysis.argument_size_in_bytes + analysis.temp_size_in_bytes) / 2**30
+
+
 def time_train_step(config_name: str, size: str, dtype: str, steps: int, repeats: int):
-  """(seconds per step, model config, batch, length) of the real jitted step on random tokens."""
+  """(seconds per step, model config, batch, length, compiled GiB) of the real jitted step on
+  random tokens."""
   config = run_config.load_config(config_name)
   config.model_size = size
   config.model.compute_dtype = dtype
@@ -55,6 +68,7 @@ def time_train_step(config_name: str, size: str, dtype: str, steps: int, repeats
   step = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1)), donate_argnums=0)
   batch = np.random.default_rng(0).integers(
       0, 256, size=(config.batch_size, config.train_length + 1), dtype=np.int32)
+  memory = compiled_gib(step, state, batch)
   state, metrics = step(state, batch)
   jax.block_until_ready(metrics)
   best = float("inf")
@@ -64,26 +78,30 @@ def time_train_step(config_name: str, size: str, dtype: str, steps: int, repeats
       state, metrics = step(state, batch)
     jax.block_until_ready(metrics)
     best = min(best, (time.perf_counter() - start) / steps)
-  return best, run_config.model_config(config), config.batch_size, config.train_length
+  return best, run_config.model_config(config), config.batch_size, config.train_length, memory
 
 
 def main(argv):
   del argv
-  peak = matmul_peak(_PEAK_N.value)
-  print(f"device: {jax.devices()[0].device_kind} x {jax.device_count()}, jax {jax.__version__}")
-  print(f"float32 matmul peak through XLA (n={_PEAK_N.value}): {peak / 1e9:.0f} GFLOP/s")
-  print("| config | dtype | s/step | tokens/s | GFLOP/step (dense + attention) | GFLOP/s | MFU |")
-  print("|---|---|---|---|---|---|---|")
+  print(f"device: {jax.devices()[0].device_kind} x {jax.device_count()}, jax {jax.__version__}, "
+        f"default matmul precision {jax.config.jax_default_matmul_precision}")
+  peaks = {}
+  for dtype in _DTYPES.value:
+    peaks[dtype] = matmul_peak(_PEAK_N.value, jnp.dtype(dtype))
+    print(f"{dtype} matmul peak through XLA (n={_PEAK_N.value}): {peaks[dtype] / 1e9:,.0f} GFLOP/s")
+  print("| config | dtype | s/step | tokens/s | GFLOP/step (dense + attention) | GFLOP/s | MFU | "
+        "compiled GiB |")
+  print("|---|---|---|---|---|---|---|---|")
   for name in _CONFIGS.value:
     for dtype in _DTYPES.value:
-      seconds, cfg, batch, length = time_train_step(name, _SIZE.value, dtype, _STEPS.value,
-                                                    _REPEATS.value)
+      seconds, cfg, batch, length, memory = time_train_step(name, _SIZE.value, dtype,
+                                                            _STEPS.value, _REPEATS.value)
       flops = train_step_flops(cfg, batch, length)
       achieved = flops["total"] / seconds
-      print(f"| {name} | {dtype} | {seconds:.3f} | {batch * length / seconds:,.0f} | "
+      print(f"| {name} | {dtype} | {seconds:.4f} | {batch * length / seconds:,.0f} | "
             f"{flops['total'] / 1e9:.1f} ({flops['dense'] / 1e9:.1f} + "
-            f"{flops['attention'] / 1e9:.1f}) | {achieved / 1e9:.0f} | {achieved / peak:.1%} |",
-            flush=True)
+            f"{flops['attention'] / 1e9:.1f}) | {achieved / 1e9:,.0f} | "
+            f"{achieved / peaks[dtype]:.1%} | {memory:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,9 @@ class StudyRun:
 # The copy test's models: the cpu models trained on text alone do not copy at period 128 (repeated
 # accuracy at 1x is no higher than non-repeated), so these see 10% synthetic copy windows.
 COPY_FRACTION = 0.1
+# 10% did not make them copy either (later copies no better than the first at 1x), so the same runs
+# again with half their training windows synthetic copies; planned last.
+STRONG_COPY_FRACTION = 0.5
 COPY_RUNS = ("baseline_rope", "kna_rope", "transformer_baseline_rope", "transformer_kna_rope")
 FIRST = ("transformer_baseline_rope", "transformer_kna_rope", "baseline_rope", "kna_rope",
          "transformer_cosa_logn_rope", "transformer_qknorm_rope", "cosa_logn_rope", "qknorm_rope")
@@ -69,7 +72,8 @@ def field_runs() -> list[StudyRun]:
   names = list(FIRST) + [c for c in gau + transformer if c not in FIRST]
   copies = [StudyRun(c, copy_fraction=COPY_FRACTION) for c in COPY_RUNS]
   first = [StudyRun(c) for c in names[:len(FIRST)]]
-  return first + copies + [StudyRun(c) for c in names[len(FIRST):]] + seeds
+  strong_copies = [StudyRun(c, copy_fraction=STRONG_COPY_FRACTION) for c in COPY_RUNS]
+  return first + copies + [StudyRun(c) for c in names[len(FIRST):]] + seeds + strong_copies
 
 
 def inference_options(position: str) -> tuple[str, ...]:

@@ -72,6 +72,15 @@ def _table(head, rows):
   return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
 
 
+def made_with(record) -> str:
+  """The code version and the device that made a record (its commit can name a checkout's base
+  with local edits; the code version is the hash of the package that ran)."""
+  prov = record["provenance"]
+  device = prov.get("device") or prov.get("backend") or "?"
+  device = "H100" if "H100" in device else "H200" if "H200" in device else device
+  return f"{(prov.get('code_version') or '?')[:8]} ({device})"
+
+
 def field_table(records, architecture):
   rows = []
   for rec in sorted(_seed0(records, architecture), key=_name):
@@ -81,9 +90,9 @@ def field_table(records, architecture):
     ratio = (acc(eight) / acc(one)) if acc(eight) is not None and acc(one) else None
     within = within_window_retention(eight, t)
     rows.append([f"`{_name(rec)}`", _pct(acc(one)), _pct(acc(eight)), _pct(acc(sixteen)),
-                 _pct(ratio), _pct(within), (rec["provenance"]["commit"] or "?")[:8]])
+                 _pct(ratio), _pct(within), made_with(rec)])
   return _table(["config", "1x", "8x", "16x", "8x / 1x", "8x beyond / inside (same windows)",
-                 "commit"], rows)
+                 "code version (device)"], rows)
 
 
 def _accuracy_cells(rec):
@@ -211,17 +220,25 @@ BEGIN, END = "<!-- field-study:begin -->", "<!-- field-study:end -->"
 
 
 def results_block(records) -> str:
-  """What RESULTS.md shows of the study (between its markers): the architectures side by side,
-  where attention goes, and the seed spread; the full tables are in results/field/FIELD.md."""
+  """What RESULTS.md shows of the study (between its markers): the architectures side by side, each
+  architecture's field table, inference-time options, copy test and where attention goes, and the
+  seed spread; FIELD.md (results/field/) has the same tables."""
   parts = [f"Generated from the {len(records)} records in `results/field/` by `python -m "
-           "keynorm_jax.study --report_only` (each record holds its command, commit and seed; the "
-           "full tables are in [results/field/FIELD.md](results/field/FIELD.md)). Accuracy (%) on "
-           "non-repeated held-out text, one training seed unless the seed table says otherwise.\n",
+           "keynorm_jax.study --report_only` (each record holds its command, commit, code version, "
+           "device and seed; the same tables are in [results/field/FIELD.md]"
+           "(results/field/FIELD.md)). Accuracy (%) on non-repeated held-out text, one training "
+           "seed unless the seed table says otherwise.\n",
            "#### GAU and Transformer, trained at 512 (1x), evaluated at 4096 (8x)\n",
            architecture_table(records)]
   for architecture in ("gau", "transformer"):
     if _seed0(records, architecture):
-      parts += [f"\n#### {architecture}: where attention goes at 8x\n",
+      parts += [f"\n#### {architecture}: the field table (seed 0; 1x = 512, 8x = 4096, "
+                "16x = 8192)\n", field_table(records, architecture),
+                f"\n#### {architecture}: each method's inference-time options at 8x\n",
+                options_table(records, architecture),
+                f"\n#### {architecture}: the copy test (repeated, period train_length / "
+                f"{plan.REPEAT_PERIOD_FRACTION} = 128)\n", copy_table(records, architecture),
+                f"\n#### {architecture}: where attention goes at 8x\n",
                 reach_table(records, architecture),
                 f"\n![{architecture}: accuracy by position at 8x]"
                 f"(results/field/by_position_{architecture}.png)"]
