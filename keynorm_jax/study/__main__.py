@@ -4,7 +4,8 @@ Trains and evaluates every run of keynorm_jax/study/plan.py that has no record y
 results/field/ (skips the rest), writing each record as soon as its run is done, then rebuilds
 results/field/FIELD.md and the field-study block of RESULTS.md (between its markers). Stop it any
 time; the next invocation continues. --runs limits it to some
-run keys (e.g. kna_alibi__seed0); --max_runs to a number of new runs.
+run keys (e.g. kna_alibi__seed0); --max_runs to a number of new runs; --shard=i/n to every n-th run
+from the i-th, so that n processes share one accelerator (README: "The field study").
 """
 
 from absl import app, flags, logging
@@ -22,8 +23,24 @@ _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only rebuild the report 
 _RUNS_DIR = flags.DEFINE_string("runs_dir", "runs/study", "Scratch folder for training runs.")
 _RESULTS = flags.DEFINE_string("results", None, "Records folder; default results/field[_<scale>].")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data dir (default: TFDS's).")
+_SHARD = flags.DEFINE_string("shard", "", "i/n (0 <= i < n): only every n-th planned run, starting "
+                             "at the i-th, for n worker processes on one machine; the report is "
+                             "then left to a final --report_only.")
 _KEEP_RUNS = flags.DEFINE_bool("keep_runs", False, "Keep each run's workdir (checkpoints) after "
                                "its record is written, e.g. to run more diagnostics on it.")
+
+
+def shard_of(entries, shard: str):
+  """The entries of shard 'i/n' (every n-th from the i-th); all of them for ''."""
+  if not shard:
+    return entries
+  try:
+    index, count = (int(part) for part in shard.split("/"))
+  except ValueError:
+    index, count = -1, 0
+  if not 0 <= index < count:
+    raise app.UsageError(f"--shard={shard!r}: expected i/n with 0 <= i < n, e.g. --shard=0/8.")
+  return entries[index::count]
 
 
 def main(argv):
@@ -36,6 +53,7 @@ def main(argv):
   entries = plan.field_runs()
   if _RUNS.value:
     entries = [e for e in entries if e.key in _RUNS.value]
+  entries = shard_of(entries, _SHARD.value)
   done = 0
   for index, entry in enumerate(entries, 1):
     if _REPORT_ONLY.value or (_MAX_RUNS.value and done >= _MAX_RUNS.value):
@@ -48,6 +66,9 @@ def main(argv):
                    data_dir=_DATA_DIR.value, keep_run=_KEEP_RUNS.value)
     print(f"  recorded {path}", flush=True)
     done += 1
+  if _SHARD.value and not _REPORT_ONLY.value:
+    print(f"Shard {_SHARD.value} done; when every shard is, rebuild the report with --report_only.")
+    return
   records = store.all()
   page = write_report(records, store.directory)
   print(f"Report: {page}")
