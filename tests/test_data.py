@@ -4,6 +4,7 @@ import hashlib
 import pathlib
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -193,3 +194,20 @@ def test_named_tfds_dataset_through_mock_data():
 def test_unknown_dataset_name():
   with pytest.raises(corpora.DataError, match="Unknown TFDS dataset 'no_such_corpus'.*kjv"):
     corpora.load_documents(_data_config(dataset="no_such_corpus"), "train")
+
+
+def test_a_process_waits_for_another_preparing_the_same_data_dir(tmp_path):
+  """While one process holds the preparation lock, another one's first use of the KJV waits; once
+  the lock is released it prepares (or reuses) the data and reads it."""
+  builder = kjv_dataset.KjvBible(data_dir=str(tmp_path), file_format="array_record")
+  code = ("from keynorm_jax.data import corpora; "
+          f"print(len(corpora.kjv_documents('test', {str(tmp_path)!r})))")
+  with corpora.preparing(builder):
+    other = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             cwd=pathlib.Path(__file__).resolve().parent.parent)
+    time.sleep(8)
+    assert other.poll() is None, "the second process did not wait for the lock"
+    assert not builder.is_prepared()
+  out, _ = other.communicate(timeout=120)
+  assert other.returncode == 0 and out.strip().splitlines()[-1] == "3"  # Jeremiah, Ezekiel, Luke
+  assert builder.is_prepared()

@@ -8,6 +8,8 @@ the 10% before them (at least one) validation, the rest train.
 """
 
 import concurrent.futures
+import contextlib
+import fcntl
 import inspect
 import pathlib
 import socket
@@ -54,9 +56,31 @@ def _tfds_documents(builder, split: str, text_feature: str, name: str):
           for i in range(len(source))]
 
 
+@contextlib.contextmanager
+def preparing(builder):
+  """Holds an exclusive lock on `<data dir>/.<dataset>.prepare.lock` while a dataset is prepared,
+  so that processes starting together (e.g. `study --shard` workers) prepare it once: the first
+  prepares, the others wait and find it prepared."""
+  root = pathlib.Path(builder.data_dir_root)
+  try:
+    root.mkdir(parents=True, exist_ok=True)
+    lock = open(root / f".{builder.name}.prepare.lock", "a", encoding="utf-8")  # pylint: disable=consider-using-with
+  except OSError:  # a read-only data dir: preparing it would fail anyway, and says why itself
+    yield
+    return
+  with lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def kjv_documents(split: str, data_dir=None):
   builder = kjv_dataset.KjvBible(data_dir=data_dir, file_format="array_record")
-  builder.download_and_prepare()
+  if not builder.is_prepared():
+    with preparing(builder):
+      builder.download_and_prepare()  # does nothing if another process prepared it meanwhile
   return _tfds_documents(builder, split, "text", "kjv_bible")
 
 
@@ -111,6 +135,12 @@ def _prepare(name: str, builder) -> None:
   """
   if builder.is_prepared():
     return
+  with preparing(builder):
+    if not builder.is_prepared():  # another process may have prepared it while we waited
+      _download_and_prepare(name, builder)
+
+
+def _download_and_prepare(name: str, builder) -> None:
   if _downloads(builder) and not network_reachable(hosts := download_hosts(builder)):
     raise DataError(f"TFDS dataset {name!r} is not prepared in {builder.data_dir} and the hosts "
                     f"it downloads from cannot be reached "
