@@ -18,6 +18,7 @@ from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.layer_stack import layer_stack
 from keynorm_jax.models.layers import ScaleOffset, norm_layer, rms_norm
 from keynorm_jax.models.lm_parts import Embedder, sequence_positions
+from keynorm_jax.models.matmul import linear, matmul
 
 
 class SplitDense(nn.Module):
@@ -34,7 +35,7 @@ class SplitDense(nn.Module):
                         (x.shape[-1], sum(self.features)))
     x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
     splits = [sum(self.features[:i + 1]) for i in range(len(self.features) - 1)]
-    return [jnp.einsum("...d,df->...f", x, w) for w in jnp.split(kernel, splits, axis=-1)]
+    return [matmul(x, w) for w in jnp.split(kernel, splits, axis=-1)]
 
 
 class GAULayer(nn.Module):
@@ -54,7 +55,6 @@ class GAULayer(nn.Module):
     """f(x): the gated attention unit, after dropout."""
     cfg = self.config
     dtype = jnp.dtype(cfg.compute_dtype)
-    dense = lambda features, name: nn.Dense(features, use_bias=False, dtype=dtype, name=name)
     u, v, z = (nn.swish(part) for part in SplitDense(
         (cfg.expansion, cfg.expansion, cfg.qk_size), dtype=dtype, name="wi")(x))
     q, k = ScaleOffset(name="q_scale_offset")(z), ScaleOffset(name="k_scale_offset")(z)
@@ -62,7 +62,7 @@ class GAULayer(nn.Module):
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
     out = PositionalAttention(cfg, self.layer, self.column, name="attention")(
         q[:, :, None], k[:, :, None], v[:, :, None], positions_BxT)[:, :, 0]
-    out = dense(x.shape[-1], "wo")(u * out)
+    out = linear(x.shape[-1], dtype, "wo")(u * out)
     return nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
 
 

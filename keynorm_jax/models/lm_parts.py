@@ -5,6 +5,7 @@ import jax.numpy as jnp
 
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.layers import AbsolutePositions
+from keynorm_jax.models.matmul import linear
 
 
 def sequence_positions(module: nn.Module, cfg: ModelConfig, batch: int, length: int,
@@ -35,7 +36,7 @@ class Embedder(nn.Module):
     self.absolute = (AbsolutePositions(absolute, cfg.train_length, name="positions")
                      if absolute else None)
     if not cfg.tie_embeddings:
-      self.head = nn.Dense(cfg.vocab_size, use_bias=False, name="head")
+      self.head = linear(cfg.vocab_size, None, "head")
 
   def __call__(self, tokens_BxT, positions_BxT):
     x = self.embed(tokens_BxT).astype(jnp.dtype(self.config.compute_dtype))

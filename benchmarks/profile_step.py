@@ -1,0 +1,131 @@
+r"""Where one training step's time goes: `python benchmarks/profile_step.py --configs=kna_rope`.
+
+For each config (the `cpu` size, float32), in one process and alternating (A, B, A, B; best of
+each), the wall and process-CPU seconds of: the forward pass (loss only), forward + backward
+(value_and_grad), and the real jitted training step (make_train_step). --hlo_dir writes the
+optimized HLO of the step. Figures printed; nothing is asserted. Timings on a loaded machine are
+noisy: compare ratios within one run.
+"""
+
+import contextlib
+import pathlib
+import sys
+import time
+
+from absl import app, flags
+import jax
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from keynorm_jax import run_config  # pylint: disable=wrong-import-position
+from keynorm_jax.attention import einsum  # pylint: disable=wrong-import-position
+from keynorm_jax.evaluation.scoring import token_scores  # pylint: disable=wrong-import-position
+from keynorm_jax.models import matmul  # pylint: disable=wrong-import-position
+from keynorm_jax.training.loop import (  # pylint: disable=wrong-import-position
+    init_state, make_train_step)
+from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=wrong-import-position
+
+
+@contextlib.contextmanager
+def all_references():
+  """Every switch below at once: the step as it was before the changes in PROFILE_NOTES.md."""
+  with matmul.autodiff_backward(), einsum.full_square():
+    yield
+
+
+# Context managers under which a traced function takes a replaced reference path.
+REFERENCE_SWITCHES = {"autodiff_backward": matmul.autodiff_backward,
+                      "full_square": einsum.full_square, "all": all_references}
+
+_CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")
+_SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")
+_STEPS = flags.DEFINE_integer("steps", 3, "Timed calls per repeat.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Alternating repeats (the best is reported).")
+_HLO_DIR = flags.DEFINE_string("hlo_dir", None, "Write the step's optimized HLO here.")
+_AB = flags.DEFINE_string("ab", None, "Time the step traced under this reference switch (A) "
+                          "against the default (B) instead of the parts; one of "
+                          f"{sorted(REFERENCE_SWITCHES)}.")
+
+
+def build(config_name: str, size: str):
+  """(model, tx, state, batch) of a config at `size` on random tokens."""
+  config = run_config.load_config(config_name)
+  config.model_size = size
+  config = run_config.resolve(config)
+  model, tx = run_config.build_model(config), make_optimizer(config)
+  state = init_state(model, tx, 0, config.train_length)
+  batch = np.random.default_rng(0).integers(
+      0, 256, size=(config.batch_size, config.train_length + 1), dtype=np.int32)
+  return model, tx, state, batch
+
+
+def parts(model, tx):
+  """{name: jitted fn(state, batch)}: forward, forward + backward, the training step."""
+
+  def loss(params, batch):
+    logits = model.apply({"params": params}, batch[:, :-1], deterministic=True)
+    return token_scores(logits, batch[:, 1:])[1].mean()
+
+  step = make_train_step(model, tx, jax.random.PRNGKey(1))
+  return {
+      "forward": jax.jit(lambda state, batch: loss(state["params"], batch)),
+      "forward+backward": jax.jit(lambda state, batch: jax.grad(loss)(state["params"], batch)),
+      "train step": jax.jit(lambda state, batch: step(state, batch)[1]),
+  }
+
+
+def time_alternating(fns: dict, args, steps: int, repeats: int) -> dict:
+  """{name: (best wall s, best process CPU s) per call}, the fns run in turn each repeat."""
+  for fn in fns.values():
+    jax.block_until_ready(fn(*args))
+  best = {name: (float("inf"), float("inf")) for name in fns}
+  for _ in range(repeats):
+    for name, fn in fns.items():
+      wall, cpu = time.perf_counter(), time.process_time()
+      for _ in range(steps):
+        out = fn(*args)
+      jax.block_until_ready(out)
+      wall, cpu = (time.perf_counter() - wall) / steps, (time.process_time() - cpu) / steps
+      best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+  return best
+
+
+def ab_steps(model, tx, state, batch, switch: str) -> dict:
+  """{"A (switch)": the step traced under the reference switch, "B (default)": the step}."""
+  make = lambda: jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1)))
+  a, b = make(), make()
+  with REFERENCE_SWITCHES[switch]():
+    a_metrics = a(state, batch)[1]
+  b_metrics = b(state, batch)[1]
+  for key in ("loss", "grad_norm"):
+    print(f"  {key}: A {float(a_metrics[key]):.7g}  B {float(b_metrics[key]):.7g}")
+  return {f"A ({switch})": lambda s, x: a(s, x)[1], "B (default)": lambda s, x: b(s, x)[1]}
+
+
+def main(argv):
+  del argv
+  for name in _CONFIGS.value:
+    model, tx, state, batch = build(name, _SIZE.value)
+    if _AB.value:
+      best = time_alternating(ab_steps(model, tx, state, batch, _AB.value), (state, batch),
+                              _STEPS.value, _REPEATS.value)
+      (a_wall, a_cpu), (b_wall, b_cpu) = best.values()
+      print(f"{name:24s} A {a_wall:.3f} s (cpu {a_cpu:.3f})  B {b_wall:.3f} s (cpu {b_cpu:.3f})  "
+            f"A/B wall {a_wall / b_wall:.3f}  cpu {a_cpu / b_cpu:.3f}", flush=True)
+      continue
+    fns = parts(model, tx)
+    if _HLO_DIR.value:
+      path = pathlib.Path(_HLO_DIR.value) / f"{name}_step.hlo.txt"
+      path.parent.mkdir(parents=True, exist_ok=True)
+      path.write_text(fns["train step"].lower(state, batch).compile().as_text())
+      print(f"wrote {path}")
+    best = time_alternating(fns, (state, batch), _STEPS.value, _REPEATS.value)
+    step_wall = best["train step"][0]
+    for part, (wall, cpu) in best.items():
+      print(f"{name:24s} {part:18s} wall {wall:.3f} s ({wall / step_wall:5.1%} of the step)  "
+            f"cpu {cpu:.3f} s", flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)
