@@ -88,3 +88,12 @@ def test_shards_split_the_plan_into_disjoint_parts_that_cover_it():
   for bad in ("3/3", "-1/2", "1", "a/b", "0/0"):
     with pytest.raises(app.UsageError, match="expected i/n"):
       shard_of(entries, bad)
+
+
+def test_tables_name_the_code_version_and_device_of_each_record():
+  from keynorm_jax.study.report import made_with  # pylint: disable=import-outside-toplevel
+  gpu = {"provenance": {"code_version": "bc23a3865d3b", "device": "NVIDIA H100 80GB HBM3",
+                        "commit": "686c25fb"}}
+  old = {"provenance": {"code_version": "0123456789ab", "backend": "cpu", "commit": None}}
+  assert made_with(gpu) == "bc23a386 (H100)"
+  assert made_with(old) == "01234567 (cpu)"
