@@ -80,14 +80,13 @@ def test_results_page_shows_what_the_committed_records_say():
 
 
 def test_shards_split_the_plan_into_disjoint_parts_that_cover_it():
-  from absl import app  # pylint: disable=import-outside-toplevel
-  from keynorm_jax.study.__main__ import shard_of  # pylint: disable=import-outside-toplevel
   entries = list(range(10))
-  assert shard_of(entries, "") == entries
-  assert [shard_of(entries, f"{i}/3") for i in range(3)] == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+  assert plan.shard_of(entries, "") == entries
+  assert [plan.shard_of(entries, f"{i}/3") for i in range(3)] == [[0, 3, 6, 9], [1, 4, 7],
+                                                                  [2, 5, 8]]
   for bad in ("3/3", "-1/2", "1", "a/b", "0/0"):
-    with pytest.raises(app.UsageError, match="expected i/n"):
-      shard_of(entries, bad)
+    with pytest.raises(ValueError, match="expected i/n"):
+      plan.shard_of(entries, bad)
 
 
 def test_tables_name_the_code_version_and_device_of_each_record():

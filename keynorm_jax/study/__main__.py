@@ -30,19 +30,6 @@ _KEEP_RUNS = flags.DEFINE_bool("keep_runs", False, "Keep each run's workdir (che
                                "its record is written, e.g. to run more diagnostics on it.")
 
 
-def shard_of(entries, shard: str):
-  """The entries of shard 'i/n' (every n-th from the i-th); all of them for ''."""
-  if not shard:
-    return entries
-  try:
-    index, count = (int(part) for part in shard.split("/"))
-  except ValueError:
-    index, count = -1, 0
-  if not 0 <= index < count:
-    raise app.UsageError(f"--shard={shard!r}: expected i/n with 0 <= i < n, e.g. --shard=0/8.")
-  return entries[index::count]
-
-
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
@@ -53,7 +40,10 @@ def main(argv):
   entries = plan.field_runs()
   if _RUNS.value:
     entries = [e for e in entries if e.key in _RUNS.value]
-  entries = shard_of(entries, _SHARD.value)
+  try:
+    entries = plan.shard_of(entries, _SHARD.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
   done = 0
   for index, entry in enumerate(entries, 1):
     if _REPORT_ONLY.value or (_MAX_RUNS.value and done >= _MAX_RUNS.value):

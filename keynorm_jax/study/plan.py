@@ -79,6 +79,19 @@ def field_runs() -> list[StudyRun]:
   return first + copies + [StudyRun(c) for c in names[len(FIRST):]] + seeds + strong_copies
 
 
+def shard_of(entries: list, shard: str) -> list:
+  """The entries of shard 'i/n' (every n-th from the i-th, 0 <= i < n); all of them for ''."""
+  if not shard:
+    return entries
+  try:
+    index, count = (int(part) for part in shard.split("/"))
+  except ValueError:
+    index, count = -1, 0
+  if not 0 <= index < count:
+    raise ValueError(f"--shard={shard!r}: expected i/n with 0 <= i < n, e.g. --shard=0/8.")
+  return entries[index::count]
+
+
 def inference_options(position: str) -> tuple[str, ...]:
   """The inference-time methods evaluated for a run with this position method (besides none)."""
   method = positions.training_method(position)
