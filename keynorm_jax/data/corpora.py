@@ -76,11 +76,19 @@ def preparing(builder):
       fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def prepare_once(builder, prepare) -> None:
+  """Calls prepare() unless `builder` is prepared, under `preparing`, checking again once the lock
+  is held (another process may have prepared it while this one waited)."""
+  if builder.is_prepared():
+    return
+  with preparing(builder):
+    if not builder.is_prepared():
+      prepare()
+
+
 def kjv_documents(split: str, data_dir=None):
   builder = kjv_dataset.KjvBible(data_dir=data_dir, file_format="array_record")
-  if not builder.is_prepared():
-    with preparing(builder):
-      builder.download_and_prepare()  # does nothing if another process prepared it meanwhile
+  prepare_once(builder, builder.download_and_prepare)
   return _tfds_documents(builder, split, "text", "kjv_bible")
 
 
@@ -133,11 +141,7 @@ def _prepare(name: str, builder) -> None:
   When none of the hosts it downloads from answers within NETWORK_TIMEOUT_SECONDS, it fails at
   once instead of retrying for minutes.
   """
-  if builder.is_prepared():
-    return
-  with preparing(builder):
-    if not builder.is_prepared():  # another process may have prepared it while we waited
-      _download_and_prepare(name, builder)
+  prepare_once(builder, lambda: _download_and_prepare(name, builder))
 
 
 def _download_and_prepare(name: str, builder) -> None:
