@@ -1,6 +1,6 @@
 """The training loop: `train_and_evaluate(config, workdir)`, called by train.py and by the tests.
 
-What a run survives (tests/test_faults.py injects each fault): a NaN or infinite loss, gradient
+What a run survives (tests/faults/ injects each fault): a NaN or infinite loss, gradient
 norm, parameter or eval loss stops it before anything non-finite is saved; a checkpoint that is
 corrupt or cut off is set aside and the one before is used; a second process on the same workdir
 is refused; a kill -9 at any moment loses only the steps since the last checkpoint; a full disk

@@ -1,0 +1,144 @@
+"""Corrupt, incomplete and foreign checkpoints: detected, skipped or set aside, never lost."""
+
+import shutil
+
+from etils import epath
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+
+from keynorm_jax import run_config
+from keynorm_jax.evaluation.command import evaluate_workdir
+from keynorm_jax.evaluation.command import make_columns
+from keynorm_jax.evaluation.run_loading import load_run
+from keynorm_jax.storage import checkpointing, checksums
+from keynorm_jax.training import loop as training
+from train_helpers import tiny_config
+from faults.helpers import copy_run, losses, checkpoint_steps, flip_bytes
+
+
+def test_flipped_bytes_are_detected_skipped_by_eval_and_set_aside_by_training(straight, tmp_path,
+                                                                             data_dir, capsys):
+  workdir = copy_run(straight, tmp_path)
+  flipped = flip_bytes(workdir / "checkpoints" / "6")
+  warnings = []
+  run = load_run(workdir, warn=warnings.append)
+  assert run.step == 3
+  assert warnings == [f"WARNING: skipping checkpoint 6 of {workdir.resolve()}: {flipped.resolve()} "
+                      f"does not match its checksum (corrupt bytes). Trying the one before."]
+  assert checkpoint_steps(workdir) == [3, 6]                                   # the evaluator moved nothing
+  training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
+  out = capsys.readouterr().out
+  assert f"checkpoint 6 is corrupt ({flipped.resolve()} does not match its checksum" in out
+  aside = list((workdir / "corrupt_checkpoints").iterdir())
+  assert len(aside) == 1 and aside[0].name.startswith("6-")          # kept, not deleted
+  assert losses(workdir) == losses(straight)
+  assert checksums.verify(workdir / "checkpoints" / "6")             # the new 6 is listed
+
+
+@pytest.mark.parametrize("with_manifest", [True, False])
+def test_eval_falls_back_past_a_checkpoint_without_metadata(straight, tmp_path, with_manifest):
+  """The issue's reproduction (and the same for a checkpoint of an older version, which has no
+  checksum manifest)."""
+  workdir = copy_run(straight, tmp_path)
+  step_dir = workdir / "checkpoints" / "6"
+  for name in ("_CHECKPOINT_METADATA", "state/_METADATA", "state/array_metadatas"):
+    path = step_dir / name
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+  if not with_manifest:
+    for manifest in (workdir / "checkpoints").glob(f"*/{checksums.MANIFEST}"):
+      manifest.unlink()
+  lines = []
+  records, failures, _ = evaluate_workdir(workdir, lengths=[32], columns=make_columns(["none"]),
+                                          num_windows=2, output=tmp_path / "eval",
+                                          echo=lines.append)
+  assert not failures and {r["step"] for r in records} == {3}
+  assert lines[0].startswith(f"WARNING: skipping checkpoint 6 of {workdir.resolve()}: ")
+  assert f"[1/1] run (step 3, trained at 32)" in lines
+  assert checkpoint_steps(workdir) == [3, 6] and not (workdir / "corrupt_checkpoints").exists()
+
+
+def test_eval_re_lists_when_training_deletes_the_step_it_reads(straight, tmp_path, monkeypatch):
+  """A running training deletes old checkpoints (max_to_keep) and adds new ones: a step that
+  vanishes mid-restore is not an error, the newest one left is used."""
+  workdir = copy_run(straight, tmp_path)
+  real = checkpointing.RunCheckpoints._restore_step
+  calls = []
+
+  def restore_while_deleted(self, step, *args):
+    calls.append(step)
+    if len(calls) == 1:
+      shutil.rmtree(self.directory / str(step))  # the writer removes it as we read it
+      raise FileNotFoundError(self.directory / str(step) / "state")
+    return real(self, step, *args)
+
+  monkeypatch.setattr(checkpointing.RunCheckpoints, "_restore_step", restore_while_deleted)
+  warnings = []
+  run = load_run(workdir, warn=warnings.append)
+  assert calls == [6, 3] and run.step == 3 and warnings == []
+
+
+@pytest.mark.filterwarnings("ignore:Sharding info not provided:UserWarning")
+def test_eval_restores_parameters_only_so_any_optimizer_evaluates(tmp_path, data_dir, monkeypatch):
+  monkeypatch.setattr(training, "make_optimizer", lambda config: optax.sgd(1e-3, momentum=0.9))
+  training.train_and_evaluate(tiny_config(data_dir=data_dir, num_train_steps=3), tmp_path)
+  run = load_run(tmp_path)                  # builds no optimizer, restores no optimizer state
+  saved = ocp.PyTreeCheckpointHandler().restore(epath.Path(tmp_path) / "checkpoints/3/state")
+  assert run.step == 3
+  jax.tree.map(np.testing.assert_array_equal, run.params, saved["params"])
+
+
+def test_healthy_restore_logs_no_metadata_warning(straight, caplog):
+  with caplog.at_level("WARNING"):
+    assert load_run(straight).step == 6
+  assert not [r for r in caplog.records if "Metadata file does not exist" in r.getMessage()]
+
+
+def test_latest_checkpoint_without_manifest_after_kill_is_restored_then_listed(straight, tmp_path,
+                                                                             data_dir, capsys):
+  """kill -9 between Orbax finalizing step 6 and its manifest being written."""
+  workdir = copy_run(straight, tmp_path)
+  (workdir / "checkpoints" / "6" / checksums.MANIFEST).unlink()
+  training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
+  assert "Note: checkpoint 6 has no checksum manifest yet" in capsys.readouterr().out
+  assert checkpoint_steps(workdir) == [3, 6] and checksums.verify(workdir / "checkpoints" / "6")
+  assert losses(workdir) == losses(straight)
+
+
+def test_checkpoint_of_another_model_version_is_refused_not_set_aside(tmp_path, data_dir,
+                                                                     monkeypatch):
+  """Same config, but the code that saved it built other parameters (here: one more)."""
+  real = training.init_state
+
+  def init_state_of_another_version(model, tx, *args):
+    state = real(model, tx, *args)
+    params = {**state["params"], "gain_of_another_version": jnp.ones(2)}
+    return {**state, "params": params, "opt_state": tx.init(params)}
+
+  with monkeypatch.context() as patch:
+    patch.setattr(training, "init_state", init_state_of_another_version)
+    training.train_and_evaluate(tiny_config(data_dir=data_dir, num_train_steps=3), tmp_path)
+  with pytest.raises(run_config.ConfigError, match=r"parameters in .*checkpoints/3 do not match "
+                                                   r"the model this code builds.*Resume it with "
+                                                   r"the version of keynorm-jax that trained it"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir, num_train_steps=3), tmp_path)
+  assert checkpoint_steps(tmp_path) == [3] and not (tmp_path / "corrupt_checkpoints").exists()
+
+
+def test_all_checkpoints_corrupt_refuses_to_start_over(straight, tmp_path, data_dir):
+  workdir = copy_run(straight, tmp_path)
+  for step in (3, 6):
+    flip_bytes(workdir / "checkpoints" / str(step))
+  metrics = (workdir / "metrics.jsonl").read_text()
+  with pytest.raises(checkpointing.CheckpointError,
+                     match=r"None of the checkpoints .* could be restored .*moved to .*"
+                           r"corrupt_checkpoints"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
+  with pytest.raises(checkpointing.CheckpointError,
+                     match=r"no checkpoint that restores, and its corrupt ones are in .*"
+                           r"corrupt_checkpoints: starting over would overwrite"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
+  assert (workdir / "metrics.jsonl").read_text() == metrics
