@@ -37,7 +37,8 @@ def all_references():
 # Context managers under which a traced function takes a replaced reference path.
 REFERENCE_SWITCHES = {"autodiff_backward": matmul.autodiff_backward,
                       "full_square": einsum.full_square, "all": all_references,
-                      "einsum_order": einsum.einsum_operand_order}
+                      "einsum_order": einsum.einsum_operand_order,
+                      "autodiff_probs_values": einsum.autodiff_probs_values}
 
 _CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")
 _SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")

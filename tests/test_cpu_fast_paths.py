@@ -48,7 +48,7 @@ def test_probs_times_values_matches_einsum(heads):
     assert f"f32[2,{heads},7,5] = dot_general" in jaxpr, jaxpr
 
 
-@pytest.mark.parametrize("shape", [(2, 37, 8, 20), (2, 37, 2, 8, 8)])
+@pytest.mark.parametrize("shape", [(2, 37, 8, 20), (2, 37, 8, 256), (2, 37, 2, 8, 8)])
 def test_attend_with_ordered_product_matches_einsum_order(shape):
   """attend (one head with values wider than q, as the GAU's; or two heads) against the same
   function traced with jnp.einsum's operand order: outputs, entropies and gradients."""
@@ -70,5 +70,35 @@ def test_model_gradients_with_ordered_product(name):
   loss, params = _model_loss(name)
   fast = jax.jit(jax.value_and_grad(loss))(params)
   with einsum.einsum_operand_order():
+    reference = jax.jit(jax.value_and_grad(loss))(params)
+  _close(fast, reference, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("heads,width", [(1, 256), (3, 6)])
+def test_probs_values_backward_matches_autodiff(monkeypatch, heads, width):
+  """The custom backward of probs x values (P^T materialized for dV) against autodiff of the same
+  product: gradients of both operands. (3, 6): the width bound lowered to take it."""
+  monkeypatch.setattr(einsum, "PROBS_VALUES_VJP_MIN_WIDTH", min(width, 256))
+  rng = np.random.default_rng(2)
+  probs = jnp.asarray(rng.uniform(size=(2, heads, 7, 9)), jnp.float32)
+  values = jnp.asarray(rng.normal(size=(2, 9, heads, width)), jnp.float32)
+  loss = lambda p, v: jnp.sum(jnp.sin(einsum.probs_times_values(p, v)))
+  fast = jax.jit(jax.grad(loss, (0, 1)))(probs, values)
+  with einsum.autodiff_probs_values():
+    reference = jax.jit(jax.grad(loss, (0, 1)))(probs, values)
+  _close(fast, reference)
+  if jax.default_backend() == "cpu":  # the custom backward is the one traced
+    jaxpr = str(jax.make_jaxpr(jax.grad(loss, (0, 1)))(probs, values))
+    assert "optimization_barrier" in jaxpr, jaxpr
+
+
+@pytest.mark.parametrize("name", ["kna_rope", "transformer_kna_rope"])
+def test_model_gradients_with_probs_values_backward(monkeypatch, name):
+  """Whole tiny models with every probs x values through the custom backward (width bound 1)
+  against autodiff's."""
+  monkeypatch.setattr(einsum, "PROBS_VALUES_VJP_MIN_WIDTH", 1)
+  loss, params = _model_loss(name)
+  fast = jax.jit(jax.value_and_grad(loss))(params)
+  with einsum.autodiff_probs_values():
     reference = jax.jit(jax.value_and_grad(loss))(params)
   _close(fast, reference, rtol=1e-4, atol=1e-7)
