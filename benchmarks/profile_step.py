@@ -30,13 +30,15 @@ from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=wro
 @contextlib.contextmanager
 def all_references():
   """Every switch below at once: the step as it was before the changes in PROFILE_NOTES.md."""
-  with matmul.autodiff_backward(), einsum.full_square():
+  with matmul.autodiff_backward(), einsum.full_square(), einsum.einsum_operand_order():
     yield
 
 
 # Context managers under which a traced function takes a replaced reference path.
 REFERENCE_SWITCHES = {"autodiff_backward": matmul.autodiff_backward,
-                      "full_square": einsum.full_square, "all": all_references}
+                      "full_square": einsum.full_square, "all": all_references,
+                      "einsum_order": einsum.einsum_operand_order,
+                      "autodiff_probs_values": einsum.autodiff_probs_values}
 
 _CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")
 _SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")
