@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from keynorm_jax import run_config  # pylint: disable=wrong-import-position
-from keynorm_jax.attention import einsum  # pylint: disable=wrong-import-position
+from keynorm_jax.attention import einsum, probs_values  # pylint: disable=wrong-import-position
 from keynorm_jax.evaluation.scoring import token_scores  # pylint: disable=wrong-import-position
 from keynorm_jax.models import matmul  # pylint: disable=wrong-import-position
 from keynorm_jax.training.loop import (  # pylint: disable=wrong-import-position
@@ -30,15 +30,15 @@ from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=wro
 @contextlib.contextmanager
 def all_references():
   """Every switch below at once: the step as it was before the changes in PROFILE_NOTES.md."""
-  with matmul.autodiff_backward(), einsum.full_square(), einsum.einsum_operand_order():
+  with matmul.autodiff_backward(), einsum.full_square(), probs_values.einsum_operand_order():
     yield
 
 
 # Context managers under which a traced function takes a replaced reference path.
 REFERENCE_SWITCHES = {"autodiff_backward": matmul.autodiff_backward,
                       "full_square": einsum.full_square, "all": all_references,
-                      "einsum_order": einsum.einsum_operand_order,
-                      "autodiff_probs_values": einsum.autodiff_probs_values}
+                      "einsum_order": probs_values.einsum_operand_order,
+                      "autodiff_probs_values": probs_values.autodiff_probs_values}
 
 _CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")
 _SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")

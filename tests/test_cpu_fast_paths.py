@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import run_config
-from keynorm_jax.attention import attend, einsum
+from keynorm_jax.attention import attend, probs_values
 from keynorm_jax.models import init_params
 from train_helpers import tiny_config
 
@@ -33,18 +33,18 @@ def test_probs_times_values_matches_einsum(heads):
   rng = np.random.default_rng(0)
   probs = jnp.asarray(rng.uniform(size=(2, heads, 7, 9)), jnp.float32)
   values = jnp.asarray(rng.normal(size=(2, 9, heads, 5)), jnp.float32)
-  loss = lambda p, v: jnp.sum(jnp.sin(einsum.probs_times_values(p, v)))
-  fast = jax.jit(einsum.probs_times_values)(probs, values), jax.jit(jax.grad(loss, (0, 1)))(
+  loss = lambda p, v: jnp.sum(jnp.sin(probs_values.probs_times_values(p, v)))
+  fast = jax.jit(probs_values.probs_times_values)(probs, values), jax.jit(jax.grad(loss, (0, 1)))(
       probs, values)
-  with einsum.einsum_operand_order():
-    reference = jax.jit(einsum.probs_times_values)(probs, values), jax.jit(
+  with probs_values.einsum_operand_order():
+    reference = jax.jit(probs_values.probs_times_values)(probs, values), jax.jit(
         jax.grad(loss, (0, 1)))(probs, values)
   assert fast[0].shape == (2, 7, heads, 5)
   _close(fast, reference)
   np.testing.assert_allclose(reference[0], jnp.einsum("bhqk,bkhe->bqhe", probs, values),
                              rtol=1e-6, atol=1e-6)
   if jax.default_backend() == "cpu":  # the fast path is the one traced: P is the dot's lhs
-    jaxpr = str(jax.make_jaxpr(einsum.probs_times_values)(probs, values))
+    jaxpr = str(jax.make_jaxpr(probs_values.probs_times_values)(probs, values))
     assert f"f32[2,{heads},7,5] = dot_general" in jaxpr, jaxpr
 
 
@@ -60,7 +60,7 @@ def test_attend_with_ordered_product_matches_einsum_order(shape):
   run = lambda q, k, v: attend(q, k, v, variant="kna", inv_freq=inv_freq)
   loss = lambda q, k, v: jnp.sum(jnp.sin(run(q, k, v)[0])) + jnp.sum(run(q, k, v)[1])
   fast = jax.jit(run)(q, k, v), jax.jit(jax.grad(loss, (0, 1, 2)))(q, k, v)
-  with einsum.einsum_operand_order():
+  with probs_values.einsum_operand_order():
     reference = jax.jit(run)(q, k, v), jax.jit(jax.grad(loss, (0, 1, 2)))(q, k, v)
   _close(fast, reference)
 
@@ -69,7 +69,7 @@ def test_attend_with_ordered_product_matches_einsum_order(shape):
 def test_model_gradients_with_ordered_product(name):
   loss, params = _model_loss(name)
   fast = jax.jit(jax.value_and_grad(loss))(params)
-  with einsum.einsum_operand_order():
+  with probs_values.einsum_operand_order():
     reference = jax.jit(jax.value_and_grad(loss))(params)
   _close(fast, reference, rtol=1e-4, atol=1e-7)
 
@@ -78,13 +78,13 @@ def test_model_gradients_with_ordered_product(name):
 def test_probs_values_backward_matches_autodiff(monkeypatch, heads, width):
   """The custom backward of probs x values (P^T materialized for dV) against autodiff of the same
   product: gradients of both operands. (3, 6): the width bound lowered to take it."""
-  monkeypatch.setattr(einsum, "PROBS_VALUES_VJP_MIN_WIDTH", min(width, 256))
+  monkeypatch.setattr(probs_values, "PROBS_VALUES_VJP_MIN_WIDTH", min(width, 256))
   rng = np.random.default_rng(2)
   probs = jnp.asarray(rng.uniform(size=(2, heads, 7, 9)), jnp.float32)
   values = jnp.asarray(rng.normal(size=(2, 9, heads, width)), jnp.float32)
-  loss = lambda p, v: jnp.sum(jnp.sin(einsum.probs_times_values(p, v)))
+  loss = lambda p, v: jnp.sum(jnp.sin(probs_values.probs_times_values(p, v)))
   fast = jax.jit(jax.grad(loss, (0, 1)))(probs, values)
-  with einsum.autodiff_probs_values():
+  with probs_values.autodiff_probs_values():
     reference = jax.jit(jax.grad(loss, (0, 1)))(probs, values)
   _close(fast, reference)
   if jax.default_backend() == "cpu":  # the custom backward is the one traced
@@ -96,9 +96,9 @@ def test_probs_values_backward_matches_autodiff(monkeypatch, heads, width):
 def test_model_gradients_with_probs_values_backward(monkeypatch, name):
   """Whole tiny models with every probs x values through the custom backward (width bound 1)
   against autodiff's."""
-  monkeypatch.setattr(einsum, "PROBS_VALUES_VJP_MIN_WIDTH", 1)
+  monkeypatch.setattr(probs_values, "PROBS_VALUES_VJP_MIN_WIDTH", 1)
   loss, params = _model_loss(name)
   fast = jax.jit(jax.value_and_grad(loss))(params)
-  with einsum.autodiff_probs_values():
+  with probs_values.autodiff_probs_values():
     reference = jax.jit(jax.value_and_grad(loss))(params)
   _close(fast, reference, rtol=1e-4, atol=1e-7)
