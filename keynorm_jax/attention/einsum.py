@@ -24,7 +24,6 @@ L2 normalization commutes with the rotation, so it is applied before RoPE. Softm
 Inputs are [B, T, S] (one head) or [B, T, H, S] (keys and values may have fewer heads: GQA).
 """
 
-import contextlib
 import math
 
 import jax
@@ -33,13 +32,14 @@ import jax.numpy as jnp
 from keynorm_jax.attention.blocked import Side, blocked_attention
 from keynorm_jax.attention.probs_values import probs_times_values
 from keynorm_jax.rope import apply_rope
+from keynorm_jax.trace_switch import TraceSwitch
 
 VARIANTS = ("baseline", "qna", "kna", "cosa")
 _MASKED = -1e30
 _FULL_ATTENTION_MAX_LENGTH = 2048  # longer sequences are processed in blocks (blocked.py)
 _DEFAULT_QUERY_BLOCK = 512
 _DEFAULT_KEY_BLOCK = 512
-_CAUSAL_QUERY_BLOCKS = [4]  # query blocks of the full path (full_square() sets 1 while tracing)
+_CAUSAL_QUERY_BLOCKS = TraceSwitch(4)  # query blocks of the full path (full_square(): 1)
 
 
 def query_block_size(length: int) -> int:
@@ -245,24 +245,18 @@ def attend(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
 
 def causal_query_blocks(length: int) -> list:
   """[(start, stop)] of the query blocks of the full path: on the CPU backend
-  _CAUSAL_QUERY_BLOCKS[0] equal blocks (fewer for lengths shorter than that), elsewhere one (the
+  _CAUSAL_QUERY_BLOCKS.value equal blocks (fewer for lengths shorter than that), elsewhere one (the
   blocks were measured on the CPU only; accelerators run the fused path where they can)."""
-  wanted = _CAUSAL_QUERY_BLOCKS[0] if jax.default_backend() == "cpu" else 1  # measured on CPU only
+  wanted = _CAUSAL_QUERY_BLOCKS.value if jax.default_backend() == "cpu" else 1  # measured on CPU
   blocks = max(1, min(wanted, length))
   bounds = [length * i // blocks for i in range(blocks + 1)]
   return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
-@contextlib.contextmanager
 def full_square():
   """Within: `attend` traced scores every query against every key in one block (the reference
   for the causal query blocks, for tests and A/B timings)."""
-  saved = _CAUSAL_QUERY_BLOCKS[0]
-  _CAUSAL_QUERY_BLOCKS[0] = 1
-  try:
-    yield
-  finally:
-    _CAUSAL_QUERY_BLOCKS[0] = saved
+  return _CAUSAL_QUERY_BLOCKS.set_to(1)
 
 
 def _full(block_scores, queries, keys, values_BxTxHxE):

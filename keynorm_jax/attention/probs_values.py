@@ -2,13 +2,13 @@
 reference einsum, and the CPU backend's fast path (operand order and custom backward) with the
 switches that trace the reference instead (tests, benchmarks/profile_step.py --ab)."""
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 
-_ORDERED_PROBS_TIMES_VALUES = [True]  # False while tracing under einsum_operand_order() (reference)
-_PROBS_VALUES_VJP = [True]  # False while tracing under autodiff_probs_values() (reference)
+from keynorm_jax.trace_switch import TraceSwitch
+
+_ORDERED_PROBS_TIMES_VALUES = TraceSwitch(True)  # False under einsum_operand_order() (reference)
+_PROBS_VALUES_VJP = TraceSwitch(True)  # False under autodiff_probs_values() (reference)
 # Values at least this wide take the custom backward of probs x values (measured: GAU, 512 wide,
 # 1.07x; Transformer, 64 wide, 0.99x; benchmarks/PROFILE_NOTES.md; the bound between is a guess).
 PROBS_VALUES_VJP_MIN_WIDTH = 256
@@ -25,8 +25,8 @@ def probs_times_values(probs_BxHxQxK, values_BxKxHxE):
   at least PROBS_VALUES_VJP_MIN_WIDTH wide with the custom backward below. The same sums, within
   float32 rounding (benchmarks/PROFILE_NOTES.md); accelerators keep the reference (not measured
   there)."""
-  if _ORDERED_PROBS_TIMES_VALUES[0] and jax.default_backend() == "cpu":
-    if _PROBS_VALUES_VJP[0] and values_BxKxHxE.shape[-1] >= PROBS_VALUES_VJP_MIN_WIDTH:
+  if _ORDERED_PROBS_TIMES_VALUES.value and jax.default_backend() == "cpu":
+    if _PROBS_VALUES_VJP.value and values_BxKxHxE.shape[-1] >= PROBS_VALUES_VJP_MIN_WIDTH:
       return _ordered_probs_times_values(probs_BxHxQxK, values_BxKxHxE)
     return _ordered_product(probs_BxHxQxK, values_BxKxHxE)
   return jnp.einsum("bhqk,bkhe->bqhe", probs_BxHxQxK, values_BxKxHxE)
@@ -70,25 +70,13 @@ _ordered_probs_times_values.defvjp(_ordered_probs_times_values_fwd,
                                    _ordered_probs_times_values_bwd)
 
 
-@contextlib.contextmanager
 def autodiff_probs_values():
   """Within: `probs_times_values` traced is differentiated by autodiff (the reference for its
   custom backward, for tests and A/B timings)."""
-  saved = _PROBS_VALUES_VJP[0]
-  _PROBS_VALUES_VJP[0] = False
-  try:
-    yield
-  finally:
-    _PROBS_VALUES_VJP[0] = saved
+  return _PROBS_VALUES_VJP.set_to(False)
 
 
-@contextlib.contextmanager
 def einsum_operand_order():
   """Within: `attend` traced multiplies probabilities and values through jnp.einsum's operand
   order (the reference for `probs_times_values`, for tests and A/B timings)."""
-  saved = _ORDERED_PROBS_TIMES_VALUES[0]
-  _ORDERED_PROBS_TIMES_VALUES[0] = False
-  try:
-    yield
-  finally:
-    _ORDERED_PROBS_TIMES_VALUES[0] = saved
+  return _ORDERED_PROBS_TIMES_VALUES.set_to(False)

@@ -9,14 +9,14 @@ at about half the speed; benchmarks/PROFILE_NOTES.md). Here x^T is materialized 
 row-major [d, tokens] x [tokens, f] product.
 """
 
-import contextlib
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from keynorm_jax.trace_switch import TraceSwitch
 
-_FAST_BACKWARD = [True]  # read when a function is traced; False: autodiff's backward (benchmarks)
+
+_FAST_BACKWARD = TraceSwitch(True)  # False: autodiff's backward (the reference; benchmarks)
 
 
 def reference_matmul(x, kernel):
@@ -50,19 +50,14 @@ dense_matmul.defvjp(_dense_matmul_fwd, _dense_matmul_bwd)
 def matmul(x, kernel):
   """x [..., d] @ kernel [d, f]: `dense_matmul` on the CPU backend (where it was measured faster);
   plain autodiff on accelerators (not measured there) or where _FAST_BACKWARD is off."""
-  if _FAST_BACKWARD[0] and jax.default_backend() == "cpu":
+  if _FAST_BACKWARD.value and jax.default_backend() == "cpu":
     return dense_matmul(x, kernel)
   return reference_matmul(x, kernel)
 
 
-@contextlib.contextmanager
 def autodiff_backward():
   """Within: functions traced use autodiff's backward for x W (the reference, for A/B timings)."""
-  _FAST_BACKWARD[0] = False
-  try:
-    yield
-  finally:
-    _FAST_BACKWARD[0] = True
+  return _FAST_BACKWARD.set_to(False)
 
 
 def dense_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
