@@ -1,6 +1,7 @@
 """The real training loop on a tiny model: logging, devices, resumption, corrupt checkpoints, NaN."""
 
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -17,18 +18,6 @@ from keynorm_jax.training.optimizer import make_optimizer
 from train_helpers import tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  return str(tmp_path_factory.mktemp("tfds"))
-
-
-@pytest.fixture(scope="module")
-def straight_run(tmp_path_factory, data_dir):
-  workdir = tmp_path_factory.mktemp("straight")
-  training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
-  return workdir
 
 
 def _losses(workdir):
@@ -103,17 +92,18 @@ def test_stopped_and_resumed_run_matches_uninterrupted(tmp_path, data_dir, strai
 
 def test_corrupt_or_incomplete_latest_checkpoint_falls_back(tmp_path, data_dir, straight_run, capsys):
   config = tiny_config(data_dir=data_dir)
-  training.train_and_evaluate(config, tmp_path)
-  for f in (tmp_path / "checkpoints" / "6").rglob("*"):
+  workdir = tmp_path / "run"
+  shutil.copytree(straight_run, workdir)
+  for f in (workdir / "checkpoints" / "6").rglob("*"):
     if f.is_file():
       f.write_bytes(b"garbage")
-  incomplete = tmp_path / "checkpoints" / "9.orbax-checkpoint-tmp-1234"  # a save cut off midway
+  incomplete = workdir / "checkpoints" / "9.orbax-checkpoint-tmp-1234"  # a save cut off midway
   incomplete.mkdir()
   (incomplete / "junk").write_bytes(b"partial")
-  training.train_and_evaluate(config, tmp_path)
+  training.train_and_evaluate(config, workdir)
   assert "checkpoint 6 is corrupt" in capsys.readouterr().out
-  assert list((tmp_path / "corrupt_checkpoints").iterdir())          # kept aside, not deleted
-  assert _losses(tmp_path) == _losses(straight_run)
+  assert list((workdir / "corrupt_checkpoints").iterdir())          # kept aside, not deleted
+  assert _losses(workdir) == _losses(straight_run)
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_dir, monkeypatch):

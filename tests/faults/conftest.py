@@ -1,11 +1,7 @@
-"""The fault tests' shared fixtures: one compilation cache and one uninterrupted reference run for
-the whole package."""
+"""The fault tests' compilation cache (their reference run, `straight_run`, is tests/conftest.py's)."""
 
 import jax
 import pytest
-
-from keynorm_jax.training import loop as training
-from train_helpers import tiny_config
 
 
 @pytest.fixture(scope="package", autouse=True)
@@ -19,16 +15,3 @@ def compilation_cache(tmp_path_factory):
   yield
   for key, value in saved.items():
     jax.config.update(key, value)
-
-
-@pytest.fixture(scope="package")
-def data_dir(tmp_path_factory):
-  return str(tmp_path_factory.mktemp("tfds"))
-
-
-@pytest.fixture(scope="package")
-def straight(tmp_path_factory, data_dir):
-  """An uninterrupted 6-step run (checkpoints 3 and 6): the reference every fault must match."""
-  workdir = tmp_path_factory.mktemp("straight")
-  training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
-  return workdir

@@ -20,9 +20,9 @@ from train_helpers import tiny_config
 from faults.helpers import copy_run, losses, checkpoint_steps, flip_bytes
 
 
-def test_flipped_bytes_are_detected_skipped_by_eval_and_set_aside_by_training(straight, tmp_path,
-                                                                             data_dir, capsys):
-  workdir = copy_run(straight, tmp_path)
+def test_flipped_bytes_are_detected_skipped_by_eval_and_set_aside_by_training(
+    straight_run, tmp_path, data_dir, capsys):
+  workdir = copy_run(straight_run, tmp_path)
   flipped = flip_bytes(workdir / "checkpoints" / "6")
   warnings = []
   run = load_run(workdir, warn=warnings.append)
@@ -35,15 +35,15 @@ def test_flipped_bytes_are_detected_skipped_by_eval_and_set_aside_by_training(st
   assert f"checkpoint 6 is corrupt ({flipped.resolve()} does not match its checksum" in out
   aside = list((workdir / "corrupt_checkpoints").iterdir())
   assert len(aside) == 1 and aside[0].name.startswith("6-")          # kept, not deleted
-  assert losses(workdir) == losses(straight)
+  assert losses(workdir) == losses(straight_run)
   assert checksums.verify(workdir / "checkpoints" / "6")             # the new 6 is listed
 
 
 @pytest.mark.parametrize("with_manifest", [True, False])
-def test_eval_falls_back_past_a_checkpoint_without_metadata(straight, tmp_path, with_manifest):
+def test_eval_falls_back_past_a_checkpoint_without_metadata(straight_run, tmp_path, with_manifest):
   """The issue's reproduction (and the same for a checkpoint of an older version, which has no
   checksum manifest)."""
-  workdir = copy_run(straight, tmp_path)
+  workdir = copy_run(straight_run, tmp_path)
   step_dir = workdir / "checkpoints" / "6"
   for name in ("_CHECKPOINT_METADATA", "state/_METADATA", "state/array_metadatas"):
     path = step_dir / name
@@ -61,10 +61,10 @@ def test_eval_falls_back_past_a_checkpoint_without_metadata(straight, tmp_path, 
   assert checkpoint_steps(workdir) == [3, 6] and not (workdir / "corrupt_checkpoints").exists()
 
 
-def test_eval_re_lists_when_training_deletes_the_step_it_reads(straight, tmp_path, monkeypatch):
+def test_eval_re_lists_when_training_deletes_the_step_it_reads(straight_run, tmp_path, monkeypatch):
   """A running training deletes old checkpoints (max_to_keep) and adds new ones: a step that
   vanishes mid-restore is not an error, the newest one left is used."""
-  workdir = copy_run(straight, tmp_path)
+  workdir = copy_run(straight_run, tmp_path)
   real = checkpointing.RunCheckpoints._restore_step
   calls = []
 
@@ -91,21 +91,21 @@ def test_eval_restores_parameters_only_so_any_optimizer_evaluates(tmp_path, data
   jax.tree.map(np.testing.assert_array_equal, run.params, saved["params"])
 
 
-def test_healthy_restore_logs_no_metadata_warning(straight, caplog):
+def test_healthy_restore_logs_no_metadata_warning(straight_run, caplog):
   with caplog.at_level("WARNING"):
-    assert load_run(straight).step == 6
+    assert load_run(straight_run).step == 6
   assert not [r for r in caplog.records if "Metadata file does not exist" in r.getMessage()]
 
 
-def test_latest_checkpoint_without_manifest_after_kill_is_restored_then_listed(straight, tmp_path,
-                                                                             data_dir, capsys):
+def test_latest_checkpoint_without_manifest_after_kill_is_restored_then_listed(
+    straight_run, tmp_path, data_dir, capsys):
   """kill -9 between Orbax finalizing step 6 and its manifest being written."""
-  workdir = copy_run(straight, tmp_path)
+  workdir = copy_run(straight_run, tmp_path)
   (workdir / "checkpoints" / "6" / checksums.MANIFEST).unlink()
   training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
   assert "Note: checkpoint 6 has no checksum manifest yet" in capsys.readouterr().out
   assert checkpoint_steps(workdir) == [3, 6] and checksums.verify(workdir / "checkpoints" / "6")
-  assert losses(workdir) == losses(straight)
+  assert losses(workdir) == losses(straight_run)
 
 
 def test_checkpoint_of_another_model_version_is_refused_not_set_aside(tmp_path, data_dir,
@@ -128,8 +128,8 @@ def test_checkpoint_of_another_model_version_is_refused_not_set_aside(tmp_path, 
   assert checkpoint_steps(tmp_path) == [3] and not (tmp_path / "corrupt_checkpoints").exists()
 
 
-def test_all_checkpoints_corrupt_refuses_to_start_over(straight, tmp_path, data_dir):
-  workdir = copy_run(straight, tmp_path)
+def test_all_checkpoints_corrupt_refuses_to_start_over(straight_run, tmp_path, data_dir):
+  workdir = copy_run(straight_run, tmp_path)
   for step in (3, 6):
     flip_bytes(workdir / "checkpoints" / str(step))
   metrics = (workdir / "metrics.jsonl").read_text()

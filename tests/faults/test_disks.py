@@ -15,7 +15,7 @@ from train_helpers import tiny_config
 from faults.helpers import copy_run, losses, checkpoint_steps, cli
 
 
-def test_read_only_output_folder_and_workdir_are_refused_before_any_work(straight, tmp_path,
+def test_read_only_output_folder_and_workdir_are_refused_before_any_work(straight_run, tmp_path,
                                                                         monkeypatch, data_dir):
   """Read-only is injected as the EROFS a read-only mount gives (chmod does not stop root)."""
   real = disk._probe
@@ -29,7 +29,7 @@ def test_read_only_output_folder_and_workdir_are_refused_before_any_work(straigh
   lines = []
   with pytest.raises(disk.DiskError, match=r"Cannot write to the eval output folder .*ro/out "
                                            r"\(Read-only file system\); pass a writable --output"):
-    evaluate_workdir(straight, lengths=[32], columns=make_columns(["none"]), num_windows=2,
+    evaluate_workdir(straight_run, lengths=[32], columns=make_columns(["none"]), num_windows=2,
                      output=tmp_path / "ro" / "out", echo=lines.append)
   assert lines == []                                                  # nothing evaluated
   with pytest.raises(disk.DiskError, match=r"Cannot write to the workdir .*ro/run \(Read-only "
@@ -37,10 +37,10 @@ def test_read_only_output_folder_and_workdir_are_refused_before_any_work(straigh
     training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path / "ro" / "run")
 
 
-def test_cli_unwritable_output_is_one_line(straight, tmp_path):
+def test_cli_unwritable_output_is_one_line(straight_run, tmp_path):
   """A path under a regular file: no user, root included, can create it."""
   (tmp_path / "file").write_text("")
-  code, output = cli("eval.py", f"--workdir={straight}", "--length=64",
+  code, output = cli("eval.py", f"--workdir={straight_run}", "--length=64",
                       f"--output={tmp_path / 'file' / 'out'}")
   assert code != 0 and "Traceback" not in output
   assert output.strip().splitlines()[-1] == (
@@ -48,9 +48,9 @@ def test_cli_unwritable_output_is_one_line(straight, tmp_path):
       f"directory); pass a writable --output.")
 
 
-def test_full_disk_during_a_save_keeps_the_previous_checkpoint(straight, tmp_path, data_dir,
+def test_full_disk_during_a_save_keeps_the_previous_checkpoint(straight_run, tmp_path, data_dir,
                                                                monkeypatch):
-  workdir = copy_run(straight, tmp_path, drop_steps=[6])
+  workdir = copy_run(straight_run, tmp_path, drop_steps=[6])
   real = ocp.handlers.JsonCheckpointHandler._save_fn
 
   async def disk_full_at_6(self, item, directory):
@@ -66,13 +66,13 @@ def test_full_disk_during_a_save_keeps_the_previous_checkpoint(straight, tmp_pat
   assert checkpoint_steps(workdir) == [3] and checksums.verify(workdir / "checkpoints" / "3")
   monkeypatch.undo()
   training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)  # space freed: resume
-  assert losses(workdir) == losses(straight)
+  assert losses(workdir) == losses(straight_run)
   assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["3", "6"]  # no partial
 
 
-def test_too_little_room_for_a_checkpoint_stops_before_writing(straight, tmp_path, data_dir,
+def test_too_little_room_for_a_checkpoint_stops_before_writing(straight_run, tmp_path, data_dir,
                                                                monkeypatch):
-  workdir = copy_run(straight, tmp_path, drop_steps=[6])
+  workdir = copy_run(straight_run, tmp_path, drop_steps=[6])
   monkeypatch.setattr(checkpoint_writer.shutil, "disk_usage",
                       lambda path: types.SimpleNamespace(total=10**9, used=10**9, free=1000))
   with pytest.raises(disk.DiskError, match=r"0.00 MiB are free under .*, less than checkpoint 6 "

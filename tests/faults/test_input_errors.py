@@ -67,13 +67,13 @@ def test_config_file_errors_name_the_file_and_line(tmp_path):
                                              f"config file: invalid syntax.")
 
 
-def test_eval_refuses_factor_zero_and_negative_batch_size(straight, tmp_path):
-  code, output = cli("eval.py", f"--workdir={straight}", "--factor=0", "--rope_scaling=linear")
+def test_eval_refuses_factor_zero_and_negative_batch_size(straight_run, tmp_path):
+  code, output = cli("eval.py", f"--workdir={straight_run}", "--factor=0", "--rope_scaling=linear")
   assert code != 0 and output.strip().splitlines()[-1] == (
       "error: --factor must be at least 1 (or left unset for the default, length / "
       "train_length), got 0.")
   with pytest.raises(ValueError, match="factor must be >= 1"):
     make_columns(["linear"], factor=0.0)
   with pytest.raises(ValueError, match=r"--batch_size must be at least 1 \(or 0 to size"):
-    evaluate_workdir(straight, lengths=[32], columns=make_columns(["none"]), batch_size=-1,
+    evaluate_workdir(straight_run, lengths=[32], columns=make_columns(["none"]), batch_size=-1,
                      output=tmp_path, echo=lambda _: None)

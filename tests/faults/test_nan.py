@@ -14,11 +14,11 @@ OVERFLOW = pytest.mark.filterwarnings("ignore:overflow encountered in cast:Runti
 
 
 @OVERFLOW
-def test_nan_mid_run_saves_nothing_non_finite_and_the_advice_can_be_followed(straight, tmp_path,
+def test_nan_mid_run_saves_nothing_non_finite_and_the_advice_can_be_followed(straight_run, tmp_path,
                                                                             data_dir):
   """Parameters overflow at step 4 while the loss and gradient norm at step 4 are still finite
   (they are computed before the update): only a check of the state catches it."""
-  workdir = copy_run(straight, tmp_path, drop_steps=[6])   # killed after step 6, before its save
+  workdir = copy_run(straight_run, tmp_path, drop_steps=[6])  # killed after 6, before its save
   blown = tiny_config(data_dir=data_dir, learning_rate=1e39)
   with pytest.raises(run_config.ConfigError,
                      match=r"learning_rate \(0.003 there, 1e\+39 here\).*"
@@ -37,7 +37,7 @@ def test_nan_mid_run_saves_nothing_non_finite_and_the_advice_can_be_followed(str
   assert history[-1]["changed"] == {"learning_rate": [0.003, 1e39]}
   # Following the advice (here: back to the old rate) resumes from step 3, nothing lost.
   training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
-  assert losses(workdir) == losses(straight)
+  assert losses(workdir) == losses(straight_run)
 
 
 @OVERFLOW

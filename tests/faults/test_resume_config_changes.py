@@ -9,9 +9,9 @@ from train_helpers import tiny_config
 from faults.helpers import copy_run, losses, restore_state
 
 
-def test_extending_a_run_names_num_train_steps_and_records_the_change(straight, tmp_path,
+def test_extending_a_run_names_num_train_steps_and_records_the_change(straight_run, tmp_path,
                                                                      data_dir):
-  workdir = copy_run(straight, tmp_path)
+  workdir = copy_run(straight_run, tmp_path)
   longer = tiny_config(data_dir=data_dir, num_train_steps=9)
   with pytest.raises(run_config.ConfigError, match=r"other optimizer settings: num_train_steps "
                                                    r"\(6 there, 9 here\)\. .*"
@@ -23,7 +23,7 @@ def test_extending_a_run_names_num_train_steps_and_records_the_change(straight, 
     training.train_and_evaluate(longer, workdir, allow_config_change=["attention"])
   training.train_and_evaluate(longer, workdir, allow_config_change=["num_train_steps"])
   assert [s for s, _ in losses(workdir)] == list(range(1, 10))
-  assert losses(workdir)[:6] == losses(straight)
+  assert losses(workdir)[:6] == losses(straight_run)
   saved = restore_state(workdir, longer)
   assert saved.step == 9
   assert saved.history["changes"] == [{"step": 6, "changed": {"num_train_steps": [6, 9]},

@@ -12,14 +12,14 @@ from train_helpers import tiny_config
 from faults.helpers import copy_run, losses, tensorboard_events
 
 
-def test_torn_metrics_line_and_tensorboard_after_a_kill(straight, tmp_path, data_dir, capsys):
-  workdir = copy_run(straight, tmp_path, drop_steps=[6])     # killed after step 6, before its save
+def test_torn_metrics_line_and_tensorboard_after_a_kill(straight_run, tmp_path, data_dir, capsys):
+  workdir = copy_run(straight_run, tmp_path, drop_steps=[6])  # killed after 6, before its save
   with (workdir / "metrics.jsonl").open("a") as f:
     f.write('{"step": 7, "loss": 2.3')                     # ...in the middle of a write
   training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
   assert (f"WARNING: {workdir.resolve() / 'metrics.jsonl'}: dropped its torn last line"
           in capsys.readouterr().out)
-  assert losses(workdir) == losses(straight)
+  assert losses(workdir) == losses(straight_run)
   (_, first), (_, second) = tensorboard_events(workdir)
   assert [step for step, purge, _ in second if purge] == [4]          # resumed after step 3
   assert {step for step, _, scalars in second if scalars} == {4, 5, 6}
@@ -27,7 +27,7 @@ def test_torn_metrics_line_and_tensorboard_after_a_kill(straight, tmp_path, data
   # scalars once, as in the uninterrupted run.
   shown = [s for s, _, scalars in first if scalars and s < 4] + [
       s for s, _, scalars in second if scalars]
-  ((_, reference),) = tensorboard_events(straight)
+  ((_, reference),) = tensorboard_events(straight_run)
   assert collections.Counter(shown) == collections.Counter(s for s, _, scalars in reference
                                                            if scalars)
 
