@@ -59,6 +59,12 @@ STRONG_COPY_FRACTION = 0.5
 # The best three of the GAU field table at 8x (seed 0, recorded 2026-11-23: 67.0, 66.2 and 66.2%,
 # within 1.4 points of the next three), also run on the Transformer.
 GAU_BEST = ("qkln_rope", "kna_xpos", "kna_hwfa")
+# Seeds 1 and 2 of the runs whose differences matter: Baseline, KNA and CosA-log n RoPE, and the
+# best method that normalizes no key (QK-norm does), on both architectures: ALiBi, the Transformer's
+# best at 8x (68.5%), seeded on both; then the GAU's own best of them, Baseline KERPLE (65.8% at
+# seed 0, against ALiBi's 62.2%), added after ALiBi's seeds were in.
+SEEDED = ("baseline_rope", "kna_rope", "cosa_logn_rope", "baseline_alibi")
+SEEDED_GAU_ONLY = ("baseline_kerple_log",)
 COPY_RUNS = ("baseline_rope", "kna_rope", "transformer_baseline_rope", "transformer_kna_rope")
 FIRST = ("transformer_baseline_rope", "transformer_kna_rope", "baseline_rope", "kna_rope",
          "transformer_cosa_logn_rope", "transformer_qknorm_rope", "cosa_logn_rope", "qknorm_rope")
@@ -70,13 +76,14 @@ def field_runs() -> list[StudyRun]:
   transformer = [f"transformer_{a}" for a in (
       "baseline_alibi", "kna_alibi", "baseline_nope", "kna_nope") + GAU_BEST]
   seeds = [StudyRun(f"{prefix}{name}", seed) for seed in (1, 2)
-           for prefix in ("", "transformer_")
-           for name in ("baseline_rope", "kna_rope", "cosa_logn_rope", "baseline_alibi")]
+           for prefix in ("", "transformer_") for name in SEEDED]
+  gau_seeds = [StudyRun(name, seed) for name in SEEDED_GAU_ONLY for seed in (1, 2)]
   names = list(FIRST) + [c for c in gau + transformer if c not in FIRST]
   copies = [StudyRun(c, copy_fraction=COPY_FRACTION) for c in COPY_RUNS]
   first = [StudyRun(c) for c in names[:len(FIRST)]]
   strong_copies = [StudyRun(c, copy_fraction=STRONG_COPY_FRACTION) for c in COPY_RUNS]
-  return first + copies + [StudyRun(c) for c in names[len(FIRST):]] + seeds + strong_copies
+  rest = [StudyRun(c) for c in names[len(FIRST):]]
+  return first + copies + rest + seeds + strong_copies + gau_seeds
 
 
 def shard_of(entries: list, shard: str) -> list:
