@@ -30,7 +30,8 @@ from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=wro
 @contextlib.contextmanager
 def all_references():
   """Every switch below at once: the step as it was before the changes in PROFILE_NOTES.md."""
-  with matmul.autodiff_backward(), einsum.full_square(), probs_values.einsum_operand_order():
+  with matmul.autodiff_backward(), einsum.full_square(), probs_values.einsum_operand_order(), \
+      einsum.full_path_for_narrow_values():
     yield
 
 
@@ -38,7 +39,8 @@ def all_references():
 REFERENCE_SWITCHES = {"autodiff_backward": matmul.autodiff_backward,
                       "full_square": einsum.full_square, "all": all_references,
                       "einsum_order": probs_values.einsum_operand_order,
-                      "autodiff_probs_values": probs_values.autodiff_probs_values}
+                      "autodiff_probs_values": probs_values.autodiff_probs_values,
+                      "narrow_full_path": einsum.full_path_for_narrow_values}
 
 _CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")
 _SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")

@@ -1,8 +1,14 @@
 """A setting read while a function is traced (a fast path on or off, a block count), and the
 context manager that changes it for the functions traced within: how tests and benchmarks trace
-the reference path that a fast path replaces."""
+the reference path that a fast path replaces.
+
+JAX caches a function's trace by the function object, so jax.jit(f) of an f already traced reuses
+that trace whatever the switches are now: trace through `jit_now(f)` to read them afresh.
+"""
 
 import contextlib
+
+import jax
 
 
 class TraceSwitch:
@@ -18,3 +24,9 @@ class TraceSwitch:
       yield
     finally:
       self.value = saved
+
+
+def jit_now(fn):
+  """jax.jit of a new wrapper of fn: its first call traces fn under the switches as they are then,
+  where jax.jit(fn) would reuse a trace of fn made under other settings."""
+  return jax.jit(lambda *args: fn(*args))

@@ -9,6 +9,7 @@ import pytest
 
 from keynorm_jax.attention import attend, causal_attention, einsum
 from keynorm_jax.rope import rope_inv_freq
+from keynorm_jax.trace_switch import jit_now
 import numpy_reference as ref
 
 B, T, S, E = 2, 12, 8, 6
@@ -179,7 +180,8 @@ def test_causal_query_blocks_match_the_full_square(options):
   run = lambda q, k, v: attend(q, k, v, inv_freq=inv_freq, **options)
   loss = lambda q, k, v: jnp.sum(jnp.sin(run(q, k, v)[0])) + jnp.sum(run(q, k, v)[1])
   assert len(einsum.causal_query_blocks(37)) > 1
-  blocked = jax.jit(run)(q, k, v), jax.jit(jax.grad(loss, (0, 1, 2)))(q, k, v)
+  traced = lambda: (jit_now(run)(q, k, v), jit_now(jax.grad(loss, (0, 1, 2)))(q, k, v))
+  blocked = traced()
   with einsum.full_square():
-    full = jax.jit(run)(q, k, v), jax.jit(jax.grad(loss, (0, 1, 2)))(q, k, v)
+    full = traced()
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), blocked, full)

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from keynorm_jax import run_config
-from keynorm_jax.attention import attend, probs_values
+from keynorm_jax.attention import attend, einsum, probs_values
 from keynorm_jax.models import init_params
+from keynorm_jax.trace_switch import jit_now
 from train_helpers import tiny_config
 
 
@@ -18,7 +19,7 @@ def _close(a, b, rtol=1e-5, atol=1e-6):
 
 def _model_loss(name, **overrides):
   """(loss(params), params): a tiny model's mean squared logits on random tokens. Each
-  jax.jit(jax.value_and_grad(loss)) is a new function, traced under the switches of its call."""
+  jax.value_and_grad(loss) is a new function, traced under the switches of its call."""
   config = run_config.resolve(tiny_config(name, **overrides))
   model = run_config.build_model(config)
   params = init_params(model, 0, config.train_length)
@@ -34,11 +35,11 @@ def test_probs_times_values_matches_einsum(heads):
   probs = jnp.asarray(rng.uniform(size=(2, heads, 7, 9)), jnp.float32)
   values = jnp.asarray(rng.normal(size=(2, 9, heads, 5)), jnp.float32)
   loss = lambda p, v: jnp.sum(jnp.sin(probs_values.probs_times_values(p, v)))
-  fast = jax.jit(probs_values.probs_times_values)(probs, values), jax.jit(jax.grad(loss, (0, 1)))(
-      probs, values)
+  traced = lambda: (jit_now(probs_values.probs_times_values)(probs, values),
+                    jit_now(jax.grad(loss, (0, 1)))(probs, values))
+  fast = traced()
   with probs_values.einsum_operand_order():
-    reference = jax.jit(probs_values.probs_times_values)(probs, values), jax.jit(
-        jax.grad(loss, (0, 1)))(probs, values)
+    reference = traced()
   assert fast[0].shape == (2, 7, heads, 5)
   _close(fast, reference)
   np.testing.assert_allclose(reference[0], jnp.einsum("bhqk,bkhe->bqhe", probs, values),
@@ -59,9 +60,10 @@ def test_attend_with_ordered_product_matches_einsum_order(shape):
   inv_freq = 1.0 / 10000.0**(jnp.arange(size // 2) / (size // 2))
   run = lambda q, k, v: attend(q, k, v, variant="kna", inv_freq=inv_freq)
   loss = lambda q, k, v: jnp.sum(jnp.sin(run(q, k, v)[0])) + jnp.sum(run(q, k, v)[1])
-  fast = jax.jit(run)(q, k, v), jax.jit(jax.grad(loss, (0, 1, 2)))(q, k, v)
+  traced = lambda: (jit_now(run)(q, k, v), jit_now(jax.grad(loss, (0, 1, 2)))(q, k, v))
+  fast = traced()
   with probs_values.einsum_operand_order():
-    reference = jax.jit(run)(q, k, v), jax.jit(jax.grad(loss, (0, 1, 2)))(q, k, v)
+    reference = traced()
   _close(fast, reference)
 
 
@@ -100,5 +102,51 @@ def test_model_gradients_with_probs_values_backward(monkeypatch, name):
   loss, params = _model_loss(name)
   fast = jax.jit(jax.value_and_grad(loss))(params)
   with probs_values.autodiff_probs_values():
+    reference = jax.jit(jax.value_and_grad(loss))(params)
+  _close(fast, reference, rtol=1e-4, atol=1e-7)
+
+
+def test_narrow_values_block_sizes():
+  """The CPU's 128 x 128 blocks for values at most 128 wide at 512 to 2048 tokens; elsewhere the
+  sizes of before (the full path up to 2048 tokens, then 512 x 512)."""
+  cpu = jax.default_backend() == "cpu"
+  assert einsum.block_sizes(512, value_width=64) == ((128, 128) if cpu else (None, None))
+  assert einsum.block_sizes(2048, value_width=128) == ((128, 128) if cpu else (None, None))
+  assert einsum.block_sizes(512, value_width=129) == (None, None)   # the GAU's wide values
+  assert einsum.block_sizes(256, value_width=64) == (None, None)    # too short to pay
+  assert einsum.block_sizes(4096, value_width=64) == (512, 512)     # long contexts as before
+  assert einsum.block_sizes(512) == (None, None)                    # width unknown: as before
+  assert einsum.block_sizes(512, query_block=64, value_width=64) == (64, 64)  # asked for
+  with einsum.full_path_for_narrow_values():
+    assert einsum.block_sizes(512, value_width=64) == (None, None)
+
+
+@pytest.mark.parametrize("variant,alibi_slope", [("kna", None), ("baseline", 0.25)])
+def test_narrow_values_blocked_path_matches_the_full_path(variant, alibi_slope):
+  """attend on narrow values at 512 tokens (the CPU's blocked path: a loop in the trace) against
+  the same function traced on the full path: outputs, entropies and gradients."""
+  rng = np.random.default_rng(5)
+  q, k, v = (jnp.asarray(rng.normal(size=(2, 512, 2, 16)), jnp.float32) for _ in range(3))
+  inv_freq = 1.0 / 10000.0**(jnp.arange(8) / 8)
+  run = lambda q, k, v: attend(q, k, v, variant=variant, inv_freq=inv_freq,
+                               alibi_slope=alibi_slope)
+  loss = lambda q, k, v: jnp.sum(jnp.sin(run(q, k, v)[0])) + jnp.sum(run(q, k, v)[1])
+  traced = lambda: (jit_now(run)(q, k, v), jit_now(jax.grad(loss, (0, 1, 2)))(q, k, v))
+  jaxpr = lambda: str(jax.make_jaxpr(lambda *a: run(*a))(q, k, v))
+  fast = traced()
+  with einsum.full_path_for_narrow_values():
+    reference = traced()
+    assert "while" not in jaxpr()
+  _close(fast, reference)
+  if jax.default_backend() == "cpu":  # the blocked path is the one traced
+    assert "while" in jaxpr()
+
+
+def test_transformer_gradients_on_the_narrow_values_path():
+  """A tiny Transformer trained at 512 tokens with a learned bias (KERPLE, whose gradient comes
+  through the blocked path's backward) against the full path: loss and every gradient."""
+  loss, params = _model_loss("transformer_baseline_kerple_log", train_length=512)
+  fast = jax.jit(jax.value_and_grad(loss))(params)
+  with einsum.full_path_for_narrow_values():
     reference = jax.jit(jax.value_and_grad(loss))(params)
   _close(fast, reference, rtol=1e-4, atol=1e-7)

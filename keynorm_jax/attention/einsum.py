@@ -40,6 +40,13 @@ _FULL_ATTENTION_MAX_LENGTH = 2048  # longer sequences are processed in blocks (b
 _DEFAULT_QUERY_BLOCK = 512
 _DEFAULT_KEY_BLOCK = 512
 _CAUSAL_QUERY_BLOCKS = TraceSwitch(4)  # query blocks of the full path (full_square(): 1)
+# On the CPU, values at most _NARROW_VALUES wide (a Transformer's heads) from _NARROW_MIN_LENGTH
+# tokens up go through the key-blocked path in blocks of this size even below 2048 tokens: faster
+# than the full path there, forward and backward (benchmarks/PROFILE_NOTES.md, round 3). None:
+# the full path (full_path_for_narrow_values()).
+_NARROW_VALUE_BLOCK = TraceSwitch(128)
+_NARROW_VALUES = 128
+_NARROW_MIN_LENGTH = 512
 
 
 def query_block_size(length: int) -> int:
@@ -47,11 +54,16 @@ def query_block_size(length: int) -> int:
   return length if length <= _FULL_ATTENTION_MAX_LENGTH else _DEFAULT_QUERY_BLOCK
 
 
-def block_sizes(length: int, query_block=None, key_block=None):
+def block_sizes(length: int, query_block=None, key_block=None, value_width=None):
   """(queries, keys) per block of `attend`, or (None, None) for every score at once.
 
-  Default: all at once up to 2048 tokens, else 512 x 512. Either size given alone sets the other.
+  Default: all at once up to 2048 tokens, else 512 x 512; on the CPU, values at most 128 wide
+  (value_width) at 512 to 2048 tokens go in blocks of 128 x 128. Either size given alone sets the
+  other.
   """
+  narrow = _narrow_value_block(length, value_width)
+  if query_block is None and key_block is None and narrow is not None:
+    return narrow, narrow
   if query_block is None and key_block is None:
     query_block = query_block_size(length)
     key_block = length if query_block >= length else _DEFAULT_KEY_BLOCK
@@ -62,6 +74,21 @@ def block_sizes(length: int, query_block=None, key_block=None):
   if query_block >= length and key_block >= length:
     return None, None
   return min(query_block, length), min(key_block, length)
+
+
+def _narrow_value_block(length: int, value_width) -> int | None:
+  """The CPU's block size for narrow values at this length (see _NARROW_VALUE_BLOCK), or None."""
+  block = _NARROW_VALUE_BLOCK.value
+  if (block is None or value_width is None or value_width > _NARROW_VALUES
+      or not _NARROW_MIN_LENGTH <= length <= _FULL_ATTENTION_MAX_LENGTH):
+    return None
+  return block if jax.default_backend() == "cpu" else None  # measured on the CPU only
+
+
+def full_path_for_narrow_values():
+  """Within: `attend` traced keeps narrow values on the full path below 2048 tokens (the
+  reference for their CPU blocks, for tests and A/B timings)."""
+  return _NARROW_VALUE_BLOCK.set_to(None)
 
 
 def l2_normalize(x, eps=1e-12):
@@ -144,9 +171,9 @@ def attend(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
     score_bias: callable(relative [B, Q, K] float32, query positions [B, Q]) -> bias broadcastable
       to [B, H, Q, K] (learned biases: KERPLE, FIRE); relative is the key's (cache) distance.
     ssmax_scale: SSMax's s, a scalar or [H].
-    query_block, key_block: queries and keys per block (default: all at once up to 2048 tokens,
-      else 512 x 512). In blocks, the online softmax of blocked.py skips every key block that
-      the causal mask, the window or the sinks leave empty; the numbers are the same.
+    query_block, key_block: queries and keys per block (default: block_sizes'). In blocks, the
+      online softmax of blocked.py skips every key block that the causal mask, the window or the
+      sinks leave empty; the numbers are the same.
 
   Returns:
     o with v's layout ([B, T, E] or [B, T, H, E]); entropy [B, T] (or [B, T, H]).
@@ -231,7 +258,7 @@ def attend(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
   index = jnp.arange(length)
   queries = Side(q_near, q_far, positions_BxT, index, multiplier_BxTxH)
   keys = Side(k_near, k_far, positions_BxT, index)
-  query_block, key_block = block_sizes(length, query_block, key_block)
+  query_block, key_block = block_sizes(length, query_block, key_block, value_width=v.shape[-1])
   if query_block is None:
     out, entropy = _full(block_scores, queries, keys, v32)
   else:
