@@ -61,10 +61,10 @@ def block_sizes(length: int, query_block=None, key_block=None, value_width=None)
   (value_width) at 512 to 2048 tokens go in blocks of 128 x 128. Either size given alone sets the
   other.
   """
-  narrow = _narrow_value_block(length, value_width)
-  if query_block is None and key_block is None and narrow is not None:
-    return narrow, narrow
   if query_block is None and key_block is None:
+    narrow = _narrow_value_block(length, value_width)
+    if narrow is not None:
+      return narrow, narrow
     query_block = query_block_size(length)
     key_block = length if query_block >= length else _DEFAULT_KEY_BLOCK
   query_block = query_block or key_block
