@@ -41,10 +41,11 @@ def test_scanned_layers_compute_what_the_loop_computes(name, remat):
   params = init_params(loop, 0, 32)
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, 256, (2, 48)))
   loss = lambda model, p: jnp.mean(jax.nn.log_softmax(model.apply({"params": p}, tokens)) ** 2)
-  np.testing.assert_allclose(scan.apply({"params": _stacked(params)}, tokens),
-                             loop.apply({"params": params}, tokens), atol=2e-5)
-  got = jax.grad(lambda p: loss(scan, p))(_stacked(params))
-  expected = _stacked(jax.grad(lambda p: loss(loop, p))(params))
+  apply = lambda model, p: model.apply({"params": p}, tokens)
+  np.testing.assert_allclose(jax.jit(apply, static_argnums=0)(scan, _stacked(params)),
+                             jax.jit(apply, static_argnums=0)(loop, params), atol=2e-5)
+  got = jax.jit(jax.grad(lambda p: loss(scan, p)))(_stacked(params))
+  expected = _stacked(jax.jit(jax.grad(lambda p: loss(loop, p)))(params))
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-5, rtol=2e-4), got, expected)
 
 
