@@ -26,9 +26,8 @@ QUIET = lambda *_: None
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, data_dir):
   root = tmp_path_factory.mktemp("runs")
-  data_dir = str(tmp_path_factory.mktemp("tfds"))
   for name in ("kna_rope", "baseline_nope"):
     training.train_and_evaluate(tiny_config(name, data_dir=data_dir, num_train_steps=10,
                                             checkpoint_every_steps=10), root / name)

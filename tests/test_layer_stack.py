@@ -49,8 +49,7 @@ def test_scanned_layers_compute_what_the_loop_computes(name, remat):
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-5, rtol=2e-4), got, expected)
 
 
-def test_scanned_training_with_fsdp_gives_the_loops_losses(tmp_path, monkeypatch):
-  data_dir = str(tmp_path / "tfds")
+def test_scanned_training_with_fsdp_gives_the_loops_losses(tmp_path, monkeypatch, data_dir):
   training.train_and_evaluate(tiny_config(data_dir=data_dir, num_train_steps=3), tmp_path / "loop")
   loop_model = run_config.build_model(run_config.resolve(tiny_config()))
   monkeypatch.setattr(training, "init_params",
@@ -84,10 +83,10 @@ def test_scanning_refuses_layers_that_differ():
     run_config.build_model(_config("baseline_hwfa", True))
 
 
-def test_bfloat16_parameters_and_optimizer_state_train_like_float32(tmp_path):
+def test_bfloat16_parameters_and_optimizer_state_train_like_float32(tmp_path, data_dir):
   losses = {}
   for dtype in ("float32", "bfloat16"):
-    config = tiny_config(data_dir=str(tmp_path / "tfds"))
+    config = tiny_config(data_dir=data_dir)
     config.model.param_dtype = dtype
     resolved = run_config.resolve(config)
     shapes = jax.eval_shape(lambda: training.init_state(run_config.build_model(resolved),

@@ -18,11 +18,6 @@ CASES = [("kna" if i % 2 else "baseline") + "_" + name
          for i, name in enumerate(positions.TRAINING_METHODS.names())]
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  return str(tmp_path_factory.mktemp("tfds"))
-
-
 @pytest.mark.parametrize("name", CASES)
 def test_trains_and_evaluates_with_every_applicable_method(name, data_dir, tmp_path):
   config = tiny_config(name, data_dir=data_dir, train_length=16, num_train_steps=2,
