@@ -5,6 +5,7 @@ switches that trace the reference instead (tests, benchmarks/profile_step.py --a
 import jax
 import jax.numpy as jnp
 
+from keynorm_jax.custom_backward import with_backward
 from keynorm_jax.trace_switch import TraceSwitch
 
 _ORDERED_PROBS_TIMES_VALUES = TraceSwitch(True)  # False under einsum_operand_order() (reference)
@@ -40,16 +41,6 @@ def _ordered_product(probs_BxHxQxK, values_BxKxHxE):
       jnp.result_type(probs_BxHxQxK, values_BxKxHxE))
 
 
-@jax.custom_vjp
-def _ordered_probs_times_values(probs_BxHxQxK, values_BxKxHxE):
-  """`_ordered_product` with the backward below."""
-  return _ordered_product(probs_BxHxQxK, values_BxKxHxE)
-
-
-def _ordered_probs_times_values_fwd(probs_BxHxQxK, values_BxKxHxE):
-  return _ordered_product(probs_BxHxQxK, values_BxKxHxE), (probs_BxHxQxK, values_BxKxHxE)
-
-
 def _ordered_probs_times_values_bwd(residuals, g_BxQxHxE):
   """dP = dO V^T; dV = P^T dO with P^T materialized behind an optimization barrier (autodiff's
   dV contracts the major axis of P, which XLA's CPU backend runs as a slower Eigen dot)."""
@@ -66,8 +57,8 @@ def _ordered_probs_times_values_bwd(residuals, g_BxQxHxE):
   return grad_probs, grad_values
 
 
-_ordered_probs_times_values.defvjp(_ordered_probs_times_values_fwd,
-                                   _ordered_probs_times_values_bwd)
+# `_ordered_product` with the backward above.
+_ordered_probs_times_values = with_backward(_ordered_product, _ordered_probs_times_values_bwd)
 
 
 def autodiff_probs_values():

@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from keynorm_jax.custom_backward import with_backward
 from keynorm_jax.trace_switch import TraceSwitch
 
 
@@ -22,16 +23,6 @@ _FAST_BACKWARD = TraceSwitch(True)  # False: autodiff's backward (the reference;
 def reference_matmul(x, kernel):
   """x [..., d] @ kernel [d, f] -> [..., f], differentiated by autodiff."""
   return jnp.einsum("...d,df->...f", x, kernel)
-
-
-@jax.custom_vjp
-def dense_matmul(x, kernel):
-  """`reference_matmul` with the backward pass below."""
-  return reference_matmul(x, kernel)
-
-
-def _dense_matmul_fwd(x, kernel):
-  return reference_matmul(x, kernel), (x, kernel)
 
 
 def _dense_matmul_bwd(residuals, g):
@@ -44,7 +35,7 @@ def _dense_matmul_bwd(residuals, g):
   return grad_x, grad_kernel
 
 
-dense_matmul.defvjp(_dense_matmul_fwd, _dense_matmul_bwd)
+dense_matmul = with_backward(reference_matmul, _dense_matmul_bwd)  # x W, the backward above
 
 
 def matmul(x, kernel):
