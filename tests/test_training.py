@@ -1,7 +1,6 @@
 """The real training loop on a tiny model: logging, devices, resumption, corrupt checkpoints, NaN."""
 
 import pathlib
-import shutil
 import subprocess
 import sys
 
@@ -15,13 +14,9 @@ from keynorm_jax.training import loop as training
 from keynorm_jax.training import sharding
 from keynorm_jax.training.metrics_writer import read_metrics
 from keynorm_jax.training.optimizer import make_optimizer
-from train_helpers import tiny_config
+from train_helpers import checkpoint_steps, copy_run, losses, tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _losses(workdir):
-  return [(m["step"], m["loss"]) for m in read_metrics(workdir)]
 
 
 def test_loop_logs_evaluates_and_checkpoints(straight_run):
@@ -31,8 +26,7 @@ def test_loop_logs_evaluates_and_checkpoints(straight_run):
     assert all(np.isfinite(m[key]) for m in metrics), key
   assert "eval_accuracy" in metrics[2] and "eval_loss" in metrics[5]
   assert metrics[-1]["loss"] < metrics[0]["loss"]
-  assert sorted(int(p.name) for p in (straight_run / "checkpoints").iterdir()
-                if p.name.isdigit()) == [3, 6]
+  assert checkpoint_steps(straight_run) == [3, 6]
   assert any((straight_run / "tensorboard").glob("events.out.tfevents.*"))
   assert (straight_run / "config.json").exists()
 
@@ -40,24 +34,24 @@ def test_loop_logs_evaluates_and_checkpoints(straight_run):
 def test_one_and_eight_devices_give_the_same_losses(tmp_path, data_dir, straight_run):
   for n in (1, 8):
     training.train_and_evaluate(tiny_config(data_dir=data_dir, num_devices=n), tmp_path / str(n))
-  one, eight = _losses(tmp_path / "1"), _losses(tmp_path / "8")
+  one, eight = losses(tmp_path / "1"), losses(tmp_path / "8")
   np.testing.assert_allclose([l for _, l in one], [l for _, l in eight], rtol=1e-5)
-  np.testing.assert_allclose([l for _, l in one], [l for _, l in _losses(straight_run)], rtol=1e-5)
+  np.testing.assert_allclose([l for _, l in one], [l for _, l in losses(straight_run)], rtol=1e-5)
 
 
 def test_one_and_eight_devices_give_the_same_losses_for_the_transformer(tmp_path, data_dir):
   for n in (1, 8):
     training.train_and_evaluate(tiny_config("transformer_kna_rope", data_dir=data_dir,
                                             num_devices=n, num_train_steps=3), tmp_path / str(n))
-  one, eight = _losses(tmp_path / "1"), _losses(tmp_path / "8")
+  one, eight = losses(tmp_path / "1"), losses(tmp_path / "8")
   assert [s for s, _ in one] == [1, 2, 3]
   np.testing.assert_allclose([l for _, l in one], [l for _, l in eight], rtol=1e-5)
 
 
 def test_fsdp_over_8_devices_gives_the_same_losses(tmp_path, data_dir, straight_run):
   training.train_and_evaluate(tiny_config(data_dir=data_dir, num_devices=8, fsdp=4), tmp_path)
-  np.testing.assert_allclose([l for _, l in _losses(tmp_path)],
-                             [l for _, l in _losses(straight_run)], rtol=1e-5)
+  np.testing.assert_allclose([l for _, l in losses(tmp_path)],
+                             [l for _, l in losses(straight_run)], rtol=1e-5)
 
 
 def test_fsdp_splits_parameters_and_optimizer_state():
@@ -78,22 +72,21 @@ def test_remat_changes_no_number(tmp_path, data_dir, straight_run):
   config = tiny_config(data_dir=data_dir)
   config.model.remat = True
   training.train_and_evaluate(config, tmp_path)
-  np.testing.assert_allclose([l for _, l in _losses(tmp_path)],
-                             [l for _, l in _losses(straight_run)], rtol=1e-6)
+  np.testing.assert_allclose([l for _, l in losses(tmp_path)],
+                             [l for _, l in losses(straight_run)], rtol=1e-6)
 
 
 def test_stopped_and_resumed_run_matches_uninterrupted(tmp_path, data_dir, straight_run):
   config = tiny_config(data_dir=data_dir)
   training.train_and_evaluate(config, tmp_path, stop_after_steps=4)  # "killed" after step 4
-  assert [s for s, _ in _losses(tmp_path)] == [1, 2, 3, 4]
+  assert [s for s, _ in losses(tmp_path)] == [1, 2, 3, 4]
   training.train_and_evaluate(config, tmp_path)                        # resumes from step 3
-  assert _losses(tmp_path) == _losses(straight_run)                    # exactly, step 4 re-done
+  assert losses(tmp_path) == losses(straight_run)                    # exactly, step 4 re-done
 
 
 def test_corrupt_or_incomplete_latest_checkpoint_falls_back(tmp_path, data_dir, straight_run, capsys):
   config = tiny_config(data_dir=data_dir)
-  workdir = tmp_path / "run"
-  shutil.copytree(straight_run, workdir)
+  workdir = copy_run(straight_run, tmp_path)
   for f in (workdir / "checkpoints" / "6").rglob("*"):
     if f.is_file():
       f.write_bytes(b"garbage")
@@ -103,7 +96,7 @@ def test_corrupt_or_incomplete_latest_checkpoint_falls_back(tmp_path, data_dir, 
   training.train_and_evaluate(config, workdir)
   assert "checkpoint 6 is corrupt" in capsys.readouterr().out
   assert list((workdir / "corrupt_checkpoints").iterdir())          # kept aside, not deleted
-  assert _losses(workdir) == _losses(straight_run)
+  assert losses(workdir) == losses(straight_run)
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_dir, monkeypatch):
@@ -116,14 +109,14 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_dir, m
   with pytest.raises(training.NonFiniteLossError,
                      match=r"nan at or before step 4.*\(step 3\) is kept"):
     training.train_and_evaluate(config, tmp_path)
-  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["3"]
+  assert checkpoint_steps(tmp_path) == [3]
 
 
 def test_bfloat16_compute_trains(tmp_path, data_dir):
   training.train_and_evaluate(tiny_config(data_dir=data_dir, compute_dtype="bfloat16",
                                           num_train_steps=3), tmp_path)
-  losses = [l for _, l in _losses(tmp_path)]
-  assert len(losses) == 3 and all(np.isfinite(losses))
+  logged = [l for _, l in losses(tmp_path)]
+  assert len(logged) == 3 and all(np.isfinite(logged))
 
 
 def test_batch_not_divisible_by_devices(tmp_path, data_dir):

@@ -1,6 +1,9 @@
-"""A tiny training config shared by the training and evaluation tests."""
+"""A tiny training config shared by the training and evaluation tests, and what a run wrote."""
+
+import shutil
 
 from keynorm_jax import run_config
+from keynorm_jax.training.metrics_writer import read_metrics
 
 
 def tiny_config(name="kna_rope", data_dir="", **overrides):
@@ -15,3 +18,21 @@ def tiny_config(name="kna_rope", data_dir="", **overrides):
   config.data.data_dir = data_dir
   config.update(overrides)
   return config
+
+
+def copy_run(run, tmp_path, *, drop_steps=()):
+  """A copy of a run, as if it had been killed before checkpointing `drop_steps`."""
+  workdir = tmp_path / "run"
+  shutil.copytree(run, workdir)
+  for step in drop_steps:
+    shutil.rmtree(workdir / "checkpoints" / str(step))
+  return workdir
+
+
+def losses(workdir):
+  """[(step, loss)] of every logged step."""
+  return [(m["step"], m["loss"]) for m in read_metrics(workdir)]
+
+
+def checkpoint_steps(workdir):
+  return sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())

@@ -1,7 +1,6 @@
-"""What the fault tests share: copies of the reference run, what a run wrote, injected damage."""
+"""What the fault tests share besides train_helpers: restored state, injected damage, the CLI."""
 
 import pathlib
-import shutil
 import struct
 import subprocess
 import sys
@@ -13,27 +12,9 @@ from tensorboardX.proto import event_pb2
 from keynorm_jax import run_config
 from keynorm_jax.storage import checkpointing
 from keynorm_jax.training import loop as training
-from keynorm_jax.training.metrics_writer import read_metrics
 
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def copy_run(run, tmp_path, *, drop_steps=()):
-  """A copy of a run, as if it had been killed before checkpointing `drop_steps`."""
-  workdir = tmp_path / "run"
-  shutil.copytree(run, workdir)
-  for step in drop_steps:
-    shutil.rmtree(workdir / "checkpoints" / str(step))
-  return workdir
-
-
-def losses(workdir):
-  return [(m["step"], m["loss"]) for m in read_metrics(workdir)]
-
-
-def checkpoint_steps(workdir):
-  return sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
 
 
 def all_finite(tree):

@@ -16,8 +16,8 @@ from keynorm_jax.evaluation.command import make_columns
 from keynorm_jax.evaluation.run_loading import load_run
 from keynorm_jax.storage import checkpointing, checksums
 from keynorm_jax.training import loop as training
-from train_helpers import tiny_config
-from faults.helpers import copy_run, losses, checkpoint_steps, flip_bytes
+from train_helpers import checkpoint_steps, copy_run, losses, tiny_config
+from faults.helpers import flip_bytes
 
 
 def test_flipped_bytes_are_detected_skipped_by_eval_and_set_aside_by_training(

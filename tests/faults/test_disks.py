@@ -11,8 +11,8 @@ from keynorm_jax.evaluation.command import evaluate_workdir
 from keynorm_jax.evaluation.command import make_columns
 from keynorm_jax.storage import checkpoint_writer, checksums, disk
 from keynorm_jax.training import loop as training
-from train_helpers import tiny_config
-from faults.helpers import copy_run, losses, checkpoint_steps, cli
+from train_helpers import checkpoint_steps, copy_run, losses, tiny_config
+from faults.helpers import cli
 
 
 def test_read_only_output_folder_and_workdir_are_refused_before_any_work(straight_run, tmp_path,

@@ -6,8 +6,8 @@ import pytest
 
 from keynorm_jax import run_config
 from keynorm_jax.training import loop as training
-from train_helpers import tiny_config
-from faults.helpers import copy_run, losses, checkpoint_steps, all_finite, restore_state
+from train_helpers import checkpoint_steps, copy_run, losses, tiny_config
+from faults.helpers import all_finite, restore_state
 
 
 OVERFLOW = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")

@@ -5,8 +5,8 @@ import pytest
 from keynorm_jax import run_config
 from keynorm_jax.training import config_changes
 from keynorm_jax.training import loop as training
-from train_helpers import tiny_config
-from faults.helpers import copy_run, losses, restore_state
+from train_helpers import copy_run, losses, tiny_config
+from faults.helpers import restore_state
 
 
 def test_extending_a_run_names_num_train_steps_and_records_the_change(straight_run, tmp_path,

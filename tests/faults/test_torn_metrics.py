@@ -8,8 +8,8 @@ import pytest
 
 from keynorm_jax.training import loop as training
 from keynorm_jax.training.metrics_writer import MetricsWriter
-from train_helpers import tiny_config
-from faults.helpers import copy_run, losses, tensorboard_events
+from train_helpers import copy_run, losses, tiny_config
+from faults.helpers import tensorboard_events
 
 
 def test_torn_metrics_line_and_tensorboard_after_a_kill(straight_run, tmp_path, data_dir, capsys):
