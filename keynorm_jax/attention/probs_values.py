@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from keynorm_jax.custom_backward import with_backward
+from keynorm_jax.layout_copy import transposed
 from keynorm_jax.trace_switch import TraceSwitch
 
 _ORDERED_PROBS_TIMES_VALUES = TraceSwitch(True)  # False under einsum_operand_order() (reference)
@@ -42,14 +43,15 @@ def _ordered_product(probs_BxHxQxK, values_BxKxHxE):
 
 
 def _ordered_probs_times_values_bwd(residuals, g_BxQxHxE):
-  """dP = dO V^T; dV = P^T dO with P^T materialized behind an optimization barrier (autodiff's
-  dV contracts the major axis of P, which XLA's CPU backend runs as a slower Eigen dot)."""
+  """dP = dO V^T; dV = P^T dO with P^T materialized as its own array (layout_copy.transposed;
+  autodiff's dV contracts the major axis of P, which XLA's CPU backend runs as a slower Eigen
+  dot)."""
   probs_BxHxQxK, values_BxKxHxE = residuals
   g_BxHxQxE = jnp.transpose(g_BxQxHxE, (0, 2, 1, 3))
   values_BxHxKxE = jnp.transpose(values_BxKxHxE, (0, 2, 1, 3))
   grad_probs = jnp.einsum("bhqe,bhke->bhqk", g_BxHxQxE, values_BxHxKxE,
                           preferred_element_type=jnp.float32).astype(probs_BxHxQxK.dtype)
-  probs_BxHxKxQ = jax.lax.optimization_barrier(jnp.swapaxes(probs_BxHxQxK, 2, 3))
+  probs_BxHxKxQ = transposed(probs_BxHxQxK, (0, 1, 3, 2))
   grad_values_BxHxKxE = jax.lax.dot_general(probs_BxHxKxQ, g_BxHxQxE,
                                             (((3,), (2,)), ((0, 1), (0, 1))),
                                             preferred_element_type=jnp.float32)

@@ -5,8 +5,8 @@ Autodiff gives the weight gradient dW = x^T g as a dot that contracts the token 
 of both operands. On the CPU backend XLA then transposes g inside the elementwise fusion that
 produces it (a strided write of a [f, tokens] array) and runs the dot outside YNNPACK (an Eigen dot
 at about half the speed; benchmarks/PROFILE_NOTES.md). Here x^T is materialized as its own array
-(an optimization barrier keeps XLA from folding the transpose back into the dot), so dW is a plain
-row-major [d, tokens] x [tokens, f] product.
+(layout_copy.transposed: a layout copy that XLA neither folds back into the dot nor fuses with
+x's producer), so dW is a plain row-major [d, tokens] x [tokens, f] product.
 """
 
 import flax.linen as nn
@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from keynorm_jax.custom_backward import with_backward
+from keynorm_jax.layout_copy import transposed
 from keynorm_jax.trace_switch import TraceSwitch
 
 
@@ -29,7 +30,7 @@ def _dense_matmul_bwd(residuals, g):
   x, kernel = residuals
   x_NxD = x.reshape(-1, x.shape[-1])
   g_NxF = g.reshape(-1, g.shape[-1])
-  x_DxN = jax.lax.optimization_barrier(x_NxD.T)
+  x_DxN = transposed(x_NxD)
   grad_kernel = jnp.dot(x_DxN, g_NxF).astype(kernel.dtype)
   grad_x = jnp.einsum("...f,df->...d", g, kernel).astype(x.dtype)
   return grad_x, grad_kernel
