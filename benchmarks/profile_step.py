@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from keynorm_jax import run_config  # pylint: disable=wrong-import-position
-from keynorm_jax import layout_copy  # pylint: disable=wrong-import-position
+from keynorm_jax import fusion_boundary  # pylint: disable=wrong-import-position
 from keynorm_jax.attention import einsum, probs_values  # pylint: disable=wrong-import-position
 from keynorm_jax.evaluation.scoring import token_scores  # pylint: disable=wrong-import-position
 from keynorm_jax.models import matmul  # pylint: disable=wrong-import-position
@@ -32,7 +32,7 @@ from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=wro
 def all_references():
   """Every switch below at once: the step as it was before the changes in PROFILE_NOTES.md."""
   with matmul.autodiff_backward(), einsum.full_square(), probs_values.einsum_operand_order(), \
-      einsum.full_path_for_narrow_values(), layout_copy.fused_transposes():
+      fusion_boundary.fused_everywhere():
     yield
 
 
@@ -41,8 +41,7 @@ REFERENCE_SWITCHES = {"autodiff_backward": matmul.autodiff_backward,
                       "full_square": einsum.full_square, "all": all_references,
                       "einsum_order": probs_values.einsum_operand_order,
                       "autodiff_probs_values": probs_values.autodiff_probs_values,
-                      "narrow_full_path": einsum.full_path_for_narrow_values,
-                      "fused_transposes": layout_copy.fused_transposes}
+                      "fused_everywhere": fusion_boundary.fused_everywhere}
 
 _CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")
 _SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")

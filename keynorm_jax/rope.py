@@ -129,11 +129,23 @@ def p_rope_mask(rotary_dim: int, fraction: float):
 
 def apply_rope(x, positions, inv_freq):
   """Rotates x [..., T, S] at positions [..., T] by angles positions * inv_freq (rotate-half)."""
+  return rotate_by(x, rope_table(positions, inv_freq))
+
+
+def rope_table(positions, inv_freq):
+  """(cos, sin) [..., T, S/2] float32 of the angles positions [..., T] * inv_freq [S/2]."""
+  angles = positions[..., None].astype(jnp.float32) * inv_freq
+  return jnp.cos(angles), jnp.sin(angles)
+
+
+def rotate_by(x, table):
+  """Rotates x [..., T, S] by a rope_table (cos, sin) [..., T, S/2] that broadcasts against it:
+  each pair (x[i], x[i + S/2]) by its angle (rotate-half)."""
+  cos, sin = table
   half = x.shape[-1] // 2
-  if inv_freq.shape[-1] != half:
-    raise ValueError(f"inv_freq has {inv_freq.shape[-1]} entries; x of size {x.shape[-1]} "
+  if cos.shape[-1] != half:
+    raise ValueError(f"inv_freq has {cos.shape[-1]} entries; x of size {x.shape[-1]} "
                      f"needs {half}.")
-  angles = positions[..., None].astype(jnp.float32) * inv_freq  # [..., T, S/2]
-  cos, sin = jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
+  cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
   x1, x2 = x[..., :half], x[..., half:]
   return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)

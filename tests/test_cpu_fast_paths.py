@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from keynorm_jax import layout_copy, run_config
+from keynorm_jax import fusion_boundary, run_config
 from keynorm_jax.attention import attend, einsum, probs_values
 from keynorm_jax.models import init_params
 from keynorm_jax.trace_switch import jit_now
@@ -106,64 +106,40 @@ def test_model_gradients_with_probs_values_backward(monkeypatch, name):
   _close(fast, reference, rtol=1e-4, atol=1e-7)
 
 
-def test_narrow_values_block_sizes():
-  """The CPU's 128 x 128 blocks for values at most 128 wide at 512 to 2048 tokens; elsewhere the
-  sizes of before (the full path up to 2048 tokens, then 512 x 512)."""
-  cpu = jax.default_backend() == "cpu"
-  assert einsum.block_sizes(512, value_width=64) == ((128, 128) if cpu else (None, None))
-  assert einsum.block_sizes(2048, value_width=128) == ((128, 128) if cpu else (None, None))
-  assert einsum.block_sizes(512, value_width=129) == (None, None)   # the GAU's wide values
-  assert einsum.block_sizes(256, value_width=64) == (None, None)    # too short to pay
-  assert einsum.block_sizes(4096, value_width=64) == (512, 512)     # long contexts as before
-  assert einsum.block_sizes(512) == (None, None)                    # width unknown: as before
-  assert einsum.block_sizes(512, query_block=64, value_width=64) == (64, 64)  # asked for
-  with einsum.full_path_for_narrow_values():
-    assert einsum.block_sizes(512, value_width=64) == (None, None)
-
-
-@pytest.mark.parametrize("variant,alibi_slope", [("kna", None), ("baseline", 0.25)])
-def test_narrow_values_blocked_path_matches_the_full_path(variant, alibi_slope):
-  """attend on narrow values at 512 tokens (the CPU's blocked path: a loop in the trace) against
-  the same function traced on the full path: outputs, entropies and gradients."""
-  rng = np.random.default_rng(5)
-  q, k, v = (jnp.asarray(rng.normal(size=(2, 512, 2, 16)), jnp.float32) for _ in range(3))
-  inv_freq = 1.0 / 10000.0**(jnp.arange(8) / 8)
-  run = lambda q, k, v: attend(q, k, v, variant=variant, inv_freq=inv_freq,
-                               alibi_slope=alibi_slope)
-  loss = lambda q, k, v: jnp.sum(jnp.sin(run(q, k, v)[0])) + jnp.sum(run(q, k, v)[1])
-  traced = lambda: (jit_now(run)(q, k, v), jit_now(jax.grad(loss, (0, 1, 2)))(q, k, v))
-  jaxpr = lambda: str(jax.make_jaxpr(lambda *a: run(*a))(q, k, v))
-  fast = traced()
-  with einsum.full_path_for_narrow_values():
-    reference = traced()
-    assert "while" not in jaxpr()
-  _close(fast, reference)
-  if jax.default_backend() == "cpu":  # the blocked path is the one traced
-    assert "while" in jaxpr()
-
-
-def test_transformer_gradients_on_the_narrow_values_path():
-  """A tiny Transformer trained at 512 tokens with a learned bias (KERPLE, whose gradient comes
-  through the blocked path's backward) against the full path: loss and every gradient."""
-  loss, params = _model_loss("transformer_baseline_kerple_log", train_length=512)
-  fast = jax.jit(jax.value_and_grad(loss))(params)
-  with einsum.full_path_for_narrow_values():
-    reference = jax.jit(jax.value_and_grad(loss))(params)
-  _close(fast, reference, rtol=1e-4, atol=1e-7)
-
-
 @pytest.mark.parametrize("shape, axes", [((37, 20), None), ((2, 3, 7, 9), (0, 1, 3, 2))])
 def test_transposed_is_the_transpose_as_its_own_copy(shape, axes):
-  """layout_copy.transposed: numpy's transpose exactly, of a value computed in the same function
-  (the case XLA would fuse), and on the CPU a conditional in the compiled program (the fusion
-  boundary), which the reference (fused_transposes) does not have."""
+  """fusion_boundary.transposed: numpy's transpose exactly, of a value computed in the same
+  function (the case XLA would fuse), and on the CPU a conditional in the compiled program (the
+  fusion boundary), which the reference (fused_everywhere) does not have."""
   x = np.random.default_rng(5).normal(size=shape).astype(np.float32)
-  fn = lambda a: layout_copy.transposed(a * 2.0 - 1.0, axes)
+  fn = lambda a: fusion_boundary.transposed(a * 2.0 - 1.0, axes)
   fast = jit_now(fn)(x)
   np.testing.assert_array_equal(fast, np.transpose(x * 2.0 - 1.0, axes))
-  with layout_copy.fused_transposes():
+  with fusion_boundary.fused_everywhere():
     np.testing.assert_array_equal(jit_now(fn)(x), fast)
     reference_hlo = jax.jit(lambda a: fn(a)).lower(x).compile().as_text()
   if jax.default_backend() == "cpu":
     assert "conditional(" in jax.jit(lambda a: fn(a)).lower(x).compile().as_text()
     assert "conditional(" not in reference_hlo
+
+
+@pytest.mark.parametrize("positions", ["default", "per_row"])
+@pytest.mark.parametrize("options", [dict(), dict(rerope_window=6), dict(xpos_gamma=0.4)])
+def test_attend_with_one_rope_table_matches_fused_rope(positions, options):
+  """attend with RoPE's cos and sin computed once as their own op (fusion_boundary.own_op) against
+  the same function with XLA fusing them where it likes: outputs, entropies and gradients; with
+  positions [T] (the table over T) and [B, T] (randomized positions: a table per row)."""
+  rng = np.random.default_rng(6)
+  q, k, v = (jnp.asarray(rng.normal(size=(2, 37, 2, 8)), jnp.float32) for _ in range(3))
+  inv_freq = 1.0 / 10000.0**(jnp.arange(4) / 4)
+  at = None if positions == "default" else jnp.asarray(np.sort(rng.integers(0, 90, (2, 37))))
+  run = lambda q, k, v: attend(q, k, v, variant="baseline", inv_freq=inv_freq, positions=at,
+                               **options)
+  loss = lambda q, k, v: jnp.sum(jnp.sin(run(q, k, v)[0])) + jnp.sum(run(q, k, v)[1])
+  traced = lambda: (jit_now(run)(q, k, v), jit_now(jax.grad(loss, (0, 1, 2)))(q, k, v))
+  fast = traced()
+  with fusion_boundary.fused_everywhere():
+    reference = traced()
+  _close(fast, reference)
+  if jax.default_backend() == "cpu":  # the table is the one traced
+    assert "cond[" in str(jax.make_jaxpr(lambda *a: run(*a))(q, k, v))

@@ -1,5 +1,4 @@
-"""Key-blocked attention with an online softmax (flash-style, in JAX), for long sequences (and, on
-the CPU, for narrow values from 512 tokens: einsum.block_sizes).
+"""Key-blocked attention with an online softmax (flash-style, in JAX), for long sequences.
 
 einsum.attend prepares q and k (normalization, RoPE, ReRoPE's far rotations, per-query factors)
 and hands over `block_scores`, its own function of a block of queries and a block of keys: every

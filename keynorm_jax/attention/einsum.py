@@ -31,7 +31,8 @@ import jax.numpy as jnp
 
 from keynorm_jax.attention.blocked import Side, blocked_attention
 from keynorm_jax.attention.probs_values import probs_times_values
-from keynorm_jax.rope import apply_rope
+from keynorm_jax.fusion_boundary import own_op
+from keynorm_jax.rope import rope_table, rotate_by
 from keynorm_jax.trace_switch import TraceSwitch
 
 VARIANTS = ("baseline", "qna", "kna", "cosa")
@@ -40,13 +41,6 @@ _FULL_ATTENTION_MAX_LENGTH = 2048  # longer sequences are processed in blocks (b
 _DEFAULT_QUERY_BLOCK = 512
 _DEFAULT_KEY_BLOCK = 512
 _CAUSAL_QUERY_BLOCKS = TraceSwitch(4)  # query blocks of the full path (full_square(): 1)
-# On the CPU, values at most _NARROW_VALUES wide (a Transformer's heads) from _NARROW_MIN_LENGTH
-# tokens up go through the key-blocked path in blocks of this size even below 2048 tokens: faster
-# than the full path there, forward and backward (benchmarks/PROFILE_NOTES.md, round 3). None:
-# the full path (full_path_for_narrow_values()).
-_NARROW_VALUE_BLOCK = TraceSwitch(128)
-_NARROW_VALUES = 128
-_NARROW_MIN_LENGTH = 512
 
 
 def query_block_size(length: int) -> int:
@@ -54,17 +48,12 @@ def query_block_size(length: int) -> int:
   return length if length <= _FULL_ATTENTION_MAX_LENGTH else _DEFAULT_QUERY_BLOCK
 
 
-def block_sizes(length: int, query_block=None, key_block=None, value_width=None):
+def block_sizes(length: int, query_block=None, key_block=None):
   """(queries, keys) per block of `attend`, or (None, None) for every score at once.
 
-  Default: all at once up to 2048 tokens, else 512 x 512; on the CPU, values at most 128 wide
-  (value_width) at 512 to 2048 tokens go in blocks of 128 x 128. Either size given alone sets the
-  other.
+  Default: all at once up to 2048 tokens, else 512 x 512. Either size given alone sets the other.
   """
   if query_block is None and key_block is None:
-    narrow = _narrow_value_block(length, value_width)
-    if narrow is not None:
-      return narrow, narrow
     query_block = query_block_size(length)
     key_block = length if query_block >= length else _DEFAULT_KEY_BLOCK
   query_block = query_block or key_block
@@ -74,21 +63,6 @@ def block_sizes(length: int, query_block=None, key_block=None, value_width=None)
   if query_block >= length and key_block >= length:
     return None, None
   return min(query_block, length), min(key_block, length)
-
-
-def _narrow_value_block(length: int, value_width) -> int | None:
-  """The CPU's block size for narrow values at this length (see _NARROW_VALUE_BLOCK), or None."""
-  block = _NARROW_VALUE_BLOCK.value
-  if (block is None or value_width is None or value_width > _NARROW_VALUES
-      or not _NARROW_MIN_LENGTH <= length <= _FULL_ATTENTION_MAX_LENGTH):
-    return None
-  return block if jax.default_backend() == "cpu" else None  # measured on the CPU only
-
-
-def full_path_for_narrow_values():
-  """Within: `attend` traced keeps narrow values on the full path below 2048 tokens (the
-  reference for their CPU blocks, for tests and A/B timings)."""
-  return _NARROW_VALUE_BLOCK.set_to(None)
 
 
 def l2_normalize(x, eps=1e-12):
@@ -202,15 +176,23 @@ def attend(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
       scale * _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale),
       (batch, length, heads))
 
-  def rotate(x, positions_at, sign):
+  def rotate(x, positions_at, sign, table=None):
     if inv_freq is None:
       return x
-    x = apply_rope(x, positions_at[:, :, None], inv_freq)
+    if table is None:
+      table = rope_table(positions_at[:, :, None], inv_freq)
+    x = rotate_by(x, table)
     if xpos_gamma is not None:
       x = x * _xpos_scale(positions_at, inv_freq, xpos_gamma, xpos_scale_base, sign)
     return x
 
-  q_near, k_near = rotate(q, positions_BxT, 1.0), rotate(k, positions_BxT, -1.0)
+  # q and k at their own positions share one table, computed once (fusion_boundary: XLA's CPU
+  # backend would otherwise recompute cos and sin inside every fusion that rotates), over the
+  # positions as given ([T] or [B, T]) rather than broadcast to the batch.
+  near_table = None if inv_freq is None else own_op(
+      lambda p: rope_table(p, inv_freq), jnp.asarray(positions)[..., None])
+  q_near = rotate(q, positions_BxT, 1.0, near_table)
+  k_near = rotate(k, positions_BxT, -1.0, near_table)
   q_far = k_far = None
   far_from = None       # relative distance from which a key is scored by the far matrices
   if inv_freq is not None and rerope_window is not None:
@@ -258,7 +240,7 @@ def attend(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
   index = jnp.arange(length)
   queries = Side(q_near, q_far, positions_BxT, index, multiplier_BxTxH)
   keys = Side(k_near, k_far, positions_BxT, index)
-  query_block, key_block = block_sizes(length, query_block, key_block, value_width=v.shape[-1])
+  query_block, key_block = block_sizes(length, query_block, key_block)
   if query_block is None:
     out, entropy = _full(block_scores, queries, keys, v32)
   else:

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from keynorm_jax.custom_backward import with_backward
-from keynorm_jax.layout_copy import transposed
+from keynorm_jax.fusion_boundary import transposed
 from keynorm_jax.trace_switch import TraceSwitch
 
 _ORDERED_PROBS_TIMES_VALUES = TraceSwitch(True)  # False under einsum_operand_order() (reference)
@@ -43,7 +43,7 @@ def _ordered_product(probs_BxHxQxK, values_BxKxHxE):
 
 
 def _ordered_probs_times_values_bwd(residuals, g_BxQxHxE):
-  """dP = dO V^T; dV = P^T dO with P^T materialized as its own array (layout_copy.transposed;
+  """dP = dO V^T; dV = P^T dO with P^T materialized as its own array (fusion_boundary.transposed;
   autodiff's dV contracts the major axis of P, which XLA's CPU backend runs as a slower Eigen
   dot)."""
   probs_BxHxQxK, values_BxKxHxE = residuals

@@ -5,7 +5,7 @@ Autodiff gives the weight gradient dW = x^T g as a dot that contracts the token 
 of both operands. On the CPU backend XLA then transposes g inside the elementwise fusion that
 produces it (a strided write of a [f, tokens] array) and runs the dot outside YNNPACK (an Eigen dot
 at about half the speed; benchmarks/PROFILE_NOTES.md). Here x^T is materialized as its own array
-(layout_copy.transposed: a layout copy that XLA neither folds back into the dot nor fuses with
+(fusion_boundary.transposed: a layout copy that XLA neither folds back into the dot nor fuses with
 x's producer), so dW is a plain row-major [d, tokens] x [tokens, f] product.
 """
 
@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from keynorm_jax.custom_backward import with_backward
-from keynorm_jax.layout_copy import transposed
+from keynorm_jax.fusion_boundary import transposed
 from keynorm_jax.trace_switch import TraceSwitch
 
 

@@ -1,0 +1,41 @@
+"""Arrays that XLA's CPU backend computes as an op of their own, outside the fusions that use them.
+
+XLA fuses elementwise work into its consumers, and two cases of that cost more than they save on
+the CPU (benchmarks/PROFILE_NOTES.md, round 4; one core of the project's CPU):
+- a transpose fused with the work that produces its operand (a norm's multiply, a gate) becomes a
+  loop writing the output element by element in transposed order: a [4096, 256] float32 transpose
+  takes 7.2 ms that way against 0.7 ms as a transpose alone, which XLA runs as a tiled copy;
+- a small table read by large fusions (RoPE's cos and sin, [T, S/2], read by every q and k of
+  every layer, forward and backward) is recomputed inside each of them for every element.
+An optimization barrier does not separate them (the CPU pipeline removes barriers before fusion).
+A conditional does: fusion stops at a computation's boundary. So here the work sits in both
+branches of a `lax.cond`, the same function in each (the predicate, a value of the array, changes
+nothing), and its operand is computed before it and its result once. The numbers are exactly the
+function's.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from keynorm_jax.trace_switch import TraceSwitch
+
+_OWN_OP = TraceSwitch(True)  # False under fused_everywhere(): XLA fuses as it likes (reference)
+
+
+def own_op(fn, x):
+  """fn(x), on the CPU backend as an op of its own (see the module docstring); elsewhere, or under
+  fused_everywhere(), fn(x) behind an optimization barrier (which XLA's CPU pipeline removes)."""
+  if _OWN_OP.value and jax.default_backend() == "cpu":
+    return jax.lax.cond(x.reshape(-1)[0] >= 0, fn, fn, x)
+  return jax.lax.optimization_barrier(fn(x))
+
+
+def transposed(x, axes=None):
+  """jnp.transpose(x, axes) as an op of its own on the CPU backend: a tiled copy."""
+  return own_op(lambda a: jnp.transpose(a, axes), x)
+
+
+def fused_everywhere():
+  """Within: `own_op` traced leaves XLA's fusion as it is (the reference for tests and A/B
+  timings)."""
+  return _OWN_OP.set_to(False)
