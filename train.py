@@ -10,6 +10,11 @@ Launched as one process of several (Cloud TPU pods, SLURM, or JAX_COORDINATOR_AD
 JAX_NUM_PROCESSES / JAX_PROCESS_ID set), pass --multihost to join JAX's multi-host runtime.
 """
 
+from keynorm_jax import host_memory  # first of all: see host_memory
+
+host_memory.keep_freed_memory()
+
+# pylint: disable=wrong-import-position
 import errno
 import logging as python_logging
 import sys

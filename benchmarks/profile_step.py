@@ -7,16 +7,21 @@ optimized HLO of the step. Figures printed; nothing is asserted. Timings on a lo
 noisy: compare ratios within one run.
 """
 
-import contextlib
 import pathlib
 import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from keynorm_jax import host_memory  # pylint: disable=wrong-import-position
+
+host_memory.keep_freed_memory()  # first of all: see host_memory
+
+# pylint: disable=wrong-import-position
+import contextlib
 import time
 
 from absl import app, flags
 import jax
 import numpy as np
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from keynorm_jax import run_config  # pylint: disable=wrong-import-position
 from keynorm_jax import fusion_boundary  # pylint: disable=wrong-import-position

@@ -12,14 +12,19 @@ On an accelerator: `python benchmarks/train_speed.py --model_size=seed --dtypes=
 
 import pathlib
 import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from keynorm_jax import host_memory  # pylint: disable=wrong-import-position
+
+host_memory.keep_freed_memory()  # first of all: see host_memory
+
+# pylint: disable=wrong-import-position
 import time
 
 from absl import app, flags
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from benchmarks.flops import train_step_flops  # pylint: disable=wrong-import-position
 from keynorm_jax import run_config  # pylint: disable=wrong-import-position
