@@ -1,9 +1,12 @@
 """Analytical FLOPs of one training step (forward + backward = 3 x forward), matmuls only.
 
 Counted: every dense projection (2 x in x out per token) and the attention's two products over the
-full T x T square (2 T S for the scores and 2 T E for the weighted values, per query and head),
-because the einsum path computes the whole square and masks half. Not counted: norms,
-softmax, RoPE, elementwise gates, the embedding lookup and the optimizer (a few % at these sizes).
+full T x T square (2 T S for the scores and 2 T E for the weighted values, per query and head):
+PaLM's convention for MFU (the model's FLOPs, whatever the kernel skips), which the issue's figures
+use. A causal model needs only the triangle, query i against i + 1 keys, and the CPU path computes
+about 5/8 of the square (its 4 causal query blocks), so `train_step_flops` also gives the count with
+the attention over the triangle ("total_causal"), the stricter figure. Not counted: norms, softmax,
+RoPE, elementwise gates, the embedding lookup and the optimizer (a few % at these sizes).
 """
 
 
@@ -24,9 +27,12 @@ def forward_flops_per_token(cfg, length: int) -> dict:
 
 
 def train_step_flops(cfg, batch: int, length: int) -> dict:
-  """FLOPs of one training step of batch x length tokens: dense, attention and total."""
+  """FLOPs of one training step of batch x length tokens: dense, attention (the square), total,
+  and total_causal (the attention over the causal triangle only)."""
   per_token = forward_flops_per_token(cfg, length)
   tokens = batch * length
   out = {k: 3 * v * tokens for k, v in per_token.items()}
   out["total"] = out["dense"] + out["attention"]
+  # The triangle: sum over queries of (i + 1) keys = T (T + 1) / 2, against T^2 for the square.
+  out["total_causal"] = out["dense"] + out["attention"] * (length + 1) / (2 * length)
   return out
