@@ -25,7 +25,7 @@ import numpy as np
 
 from keynorm_jax import run_config  # pylint: disable=wrong-import-position
 from keynorm_jax import fusion_boundary  # pylint: disable=wrong-import-position
-from keynorm_jax.attention import einsum, probs_values  # pylint: disable=wrong-import-position
+from keynorm_jax.attention import einsum, products  # pylint: disable=wrong-import-position
 from keynorm_jax.evaluation.scoring import token_scores  # pylint: disable=wrong-import-position
 from keynorm_jax.models import matmul  # pylint: disable=wrong-import-position
 from keynorm_jax.training.loop import (  # pylint: disable=wrong-import-position
@@ -36,7 +36,7 @@ from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=wro
 @contextlib.contextmanager
 def all_references():
   """Every switch below at once: the step as it was before the changes in PROFILE_NOTES.md."""
-  with matmul.autodiff_backward(), einsum.full_square(), probs_values.einsum_operand_order(), \
+  with matmul.autodiff_backward(), einsum.full_square(), products.einsum_operand_order(), \
       fusion_boundary.fused_everywhere():
     yield
 
@@ -44,8 +44,8 @@ def all_references():
 # Context managers under which a traced function takes a replaced reference path.
 REFERENCE_SWITCHES = {"autodiff_backward": matmul.autodiff_backward,
                       "full_square": einsum.full_square, "all": all_references,
-                      "einsum_order": probs_values.einsum_operand_order,
-                      "autodiff_probs_values": probs_values.autodiff_probs_values,
+                      "einsum_order": products.einsum_operand_order,
+                      "autodiff_products": products.autodiff_products,
                       "fused_everywhere": fusion_boundary.fused_everywhere}
 
 _CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")

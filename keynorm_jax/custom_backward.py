@@ -1,5 +1,5 @@
 """A function of two arrays with a hand-written backward pass whose residuals are its inputs: the
-shape both CPU fast paths take (models/matmul.py, attention/probs_values.py)."""
+shape both CPU fast paths take (models/matmul.py, attention/products.py)."""
 
 import jax
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import fusion_boundary, run_config
-from keynorm_jax.attention import attend, einsum, probs_values
+from keynorm_jax.attention import attend, einsum, products
 from keynorm_jax.models import init_params
 from keynorm_jax.trace_switch import jit_now
 from train_helpers import tiny_config
@@ -34,18 +34,18 @@ def test_probs_times_values_matches_einsum(heads):
   rng = np.random.default_rng(0)
   probs = jnp.asarray(rng.uniform(size=(2, heads, 7, 9)), jnp.float32)
   values = jnp.asarray(rng.normal(size=(2, 9, heads, 5)), jnp.float32)
-  loss = lambda p, v: jnp.sum(jnp.sin(probs_values.probs_times_values(p, v)))
-  traced = lambda: (jit_now(probs_values.probs_times_values)(probs, values),
+  loss = lambda p, v: jnp.sum(jnp.sin(products.probs_times_values(p, v)))
+  traced = lambda: (jit_now(products.probs_times_values)(probs, values),
                     jit_now(jax.grad(loss, (0, 1)))(probs, values))
   fast = traced()
-  with probs_values.einsum_operand_order():
+  with products.einsum_operand_order():
     reference = traced()
   assert fast[0].shape == (2, 7, heads, 5)
   _close(fast, reference)
   np.testing.assert_allclose(reference[0], jnp.einsum("bhqk,bkhe->bqhe", probs, values),
                              rtol=1e-6, atol=1e-6)
   if jax.default_backend() == "cpu":  # the fast path is the one traced: P is the dot's lhs
-    jaxpr = str(jax.make_jaxpr(probs_values.probs_times_values)(probs, values))
+    jaxpr = str(jax.make_jaxpr(products.probs_times_values)(probs, values))
     assert f"f32[2,{heads},7,5] = dot_general" in jaxpr, jaxpr
 
 
@@ -62,7 +62,7 @@ def test_attend_with_ordered_product_matches_einsum_order(shape):
   loss = lambda q, k, v: jnp.sum(jnp.sin(run(q, k, v)[0])) + jnp.sum(run(q, k, v)[1])
   traced = lambda: (jit_now(run)(q, k, v), jit_now(jax.grad(loss, (0, 1, 2)))(q, k, v))
   fast = traced()
-  with probs_values.einsum_operand_order():
+  with products.einsum_operand_order():
     reference = traced()
   _close(fast, reference)
 
@@ -71,37 +71,40 @@ def test_attend_with_ordered_product_matches_einsum_order(shape):
 def test_model_gradients_with_ordered_product(name):
   loss, params = _model_loss(name)
   fast = jax.jit(jax.value_and_grad(loss))(params)
-  with probs_values.einsum_operand_order():
+  with products.einsum_operand_order():
     reference = jax.jit(jax.value_and_grad(loss))(params)
   _close(fast, reference, rtol=1e-4, atol=1e-7)
 
 
 @pytest.mark.parametrize("heads,width", [(1, 256), (3, 6)])
-def test_probs_values_backward_matches_autodiff(monkeypatch, heads, width):
-  """The custom backward of probs x values (P^T materialized for dV) against autodiff of the same
-  product: gradients of both operands. (3, 6): the width bound lowered to take it."""
-  monkeypatch.setattr(probs_values, "PROBS_VALUES_VJP_MIN_WIDTH", min(width, 256))
+def test_products_backward_matches_autodiff(heads, width):
+  """The custom backward passes of probs x values and q k^T (P^T and dS^T as their own copies)
+  against autodiff of the same products: gradients of both operands."""
   rng = np.random.default_rng(2)
   probs = jnp.asarray(rng.uniform(size=(2, heads, 7, 9)), jnp.float32)
   values = jnp.asarray(rng.normal(size=(2, 9, heads, width)), jnp.float32)
-  loss = lambda p, v: jnp.sum(jnp.sin(probs_values.probs_times_values(p, v)))
-  fast = jax.jit(jax.grad(loss, (0, 1)))(probs, values)
-  with probs_values.autodiff_probs_values():
-    reference = jax.jit(jax.grad(loss, (0, 1)))(probs, values)
+  q = jnp.asarray(rng.normal(size=(2, 7, heads, width)), jnp.float32)
+  loss = lambda p, v, q: (jnp.sum(jnp.sin(products.probs_times_values(p, v)))
+                          + jnp.sum(jnp.sin(products.query_key_scores(q, v))))
+  fast = jax.jit(jax.grad(loss, (0, 1, 2)))(probs, values, q)
+  with products.autodiff_products():
+    reference = jax.jit(jax.grad(loss, (0, 1, 2)))(probs, values, q)
+    np.testing.assert_allclose(products.query_key_scores(q, values),
+                               jnp.einsum("bqhs,bkhs->bhqk", q, values), rtol=1e-6, atol=1e-6)
   _close(fast, reference)
-  if jax.default_backend() == "cpu":  # the custom backward (P^T as its own copy) is the one traced
-    jaxpr = str(jax.make_jaxpr(jax.grad(loss, (0, 1)))(probs, values))
-    assert "cond[" in jaxpr, jaxpr
+  if jax.default_backend() == "cpu":  # the custom backward passes are the ones traced
+    for one in (lambda p, v, q: jnp.sum(jnp.sin(products.probs_times_values(p, v))),
+                lambda p, v, q: jnp.sum(jnp.sin(products.query_key_scores(q, v)))):
+      assert "cond[" in str(jax.make_jaxpr(jax.grad(one, (0, 1, 2)))(probs, values, q))
 
 
 @pytest.mark.parametrize("name", ["kna_rope", "transformer_kna_rope"])
-def test_model_gradients_with_probs_values_backward(monkeypatch, name):
-  """Whole tiny models with every probs x values through the custom backward (width bound 1)
-  against autodiff's."""
-  monkeypatch.setattr(probs_values, "PROBS_VALUES_VJP_MIN_WIDTH", 1)
+def test_model_gradients_with_products_backward(name):
+  """Whole tiny models with both attention products through their custom backward passes against
+  autodiff's."""
   loss, params = _model_loss(name)
   fast = jax.jit(jax.value_and_grad(loss))(params)
-  with probs_values.autodiff_probs_values():
+  with products.autodiff_products():
     reference = jax.jit(jax.value_and_grad(loss))(params)
   _close(fast, reference, rtol=1e-4, atol=1e-7)
 

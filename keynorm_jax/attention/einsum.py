@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from keynorm_jax.attention.blocked import Side, blocked_attention
-from keynorm_jax.attention.probs_values import probs_times_values
+from keynorm_jax.attention.products import probs_times_values, query_key_scores
 from keynorm_jax.fusion_boundary import own_op
 from keynorm_jax.rope import rope_table, rotate_by
 from keynorm_jax.trace_switch import TraceSwitch
@@ -210,11 +210,11 @@ def attend(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
   def block_scores(queries: Side, keys: Side):
     """Scores [B, H, Q, K] of a block of queries against a block of keys, masked with _MASKED
     where keep [B, 1, Q, K] is False (causal by index; window, sinks by position)."""
-    scores_BxHxQxK = jnp.einsum("bqhs,bkhs->bhqk", queries.near, keys.near)
+    scores_BxHxQxK = query_key_scores(queries.near, keys.near)
     relative_BxQxK = (queries.positions[:, :, None]
                       - keys.positions[:, None, :]).astype(jnp.float32)
     if queries.far is not None:
-      far_BxHxQxK = jnp.einsum("bqhs,bkhs->bhqk", queries.far, keys.far)
+      far_BxHxQxK = query_key_scores(queries.far, keys.far)
       scores_BxHxQxK = jnp.where((relative_BxQxK < far_from)[:, None], scores_BxHxQxK,
                                  far_BxHxQxK)
     scores_BxHxQxK = scores_BxHxQxK * jnp.moveaxis(queries.multiplier, 2, 1)[..., None]
