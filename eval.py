@@ -6,11 +6,6 @@ training length and at --length (or each of --lengths), for each inference-time 
 The methods and their knobs come from keynorm_jax.positions' registry.
 """
 
-from keynorm_jax import host_memory  # first of all: see host_memory
-
-host_memory.keep_freed_memory()
-
-# pylint: disable=wrong-import-position
 import sys
 
 from absl import app, flags, logging

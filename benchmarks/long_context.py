@@ -17,19 +17,12 @@ process's peak resident memory (ru_maxrss, so it includes the Python/JAX runtime
   --code=DIR              import keynorm_jax from another checkout (an older commit, to compare)
 """
 
-import pathlib
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from keynorm_jax import host_memory  # pylint: disable=wrong-import-position
-
-host_memory.keep_freed_memory()  # first of all: see host_memory
-
-# pylint: disable=wrong-import-position
 import json
 import os
+import pathlib
 import resource
 import subprocess
+import sys
 import time
 
 from absl import app, flags

@@ -8,8 +8,11 @@ CPU, about a fifth of the step (benchmarks/PROFILE_NOTES.md, round 4).
 
 `keep_freed_memory()` sets malloc to one arena (the main one), no mmap, and a 2 GiB trim threshold:
 the block then comes from the heap and the next step reuses it, with no faults. The setting must
-come before any thread allocates, so the entry points (train.py, eval.py, the reproduction, the
-field study, the benchmarks) call it before importing anything else; called later, it is refused
+come before any thread allocates, so the entry points that train (train.py, the reproduction, the
+field study, the training benchmarks) call it before importing anything else. eval.py does not:
+at 65,536 tokens a window took as long with it as without (56-61 s against 58 s here), and in one
+of five runs with it the process's peak memory was 1.82 GiB instead of 1.31-1.41 (freed heap kept,
+fragmented), where long evaluation's bound is its peak memory. Called late, it is refused
 with a warning, because threads that already hold an arena keep it (for any process, the same can
 be set from the shell with GLIBC_TUNABLES: README, "Speed on the CPU"). Off with
 KEYNORM_MALLOC=default. Nothing else changes: no number, only where memory comes from.
