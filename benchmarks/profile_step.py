@@ -37,7 +37,7 @@ from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=wro
 def all_references():
   """Every switch below at once: the step as it was before the changes in PROFILE_NOTES.md."""
   with matmul.autodiff_backward(), einsum.full_square(), products.einsum_operand_order(), \
-      fusion_boundary.fused_everywhere():
+      products.autodiff_products(), fusion_boundary.fused_everywhere():
     yield
 
 

@@ -5,20 +5,15 @@ Evaluation: seconds per window and peak memory growth at each length, batch size
 """
 
 import pathlib
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from keynorm_jax import host_memory  # pylint: disable=wrong-import-position
-
-host_memory.keep_freed_memory()  # first of all: see host_memory
-
-# pylint: disable=wrong-import-position
 import resource
+import sys
 import time
 
 from absl import app, flags
 import jax
 import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from keynorm_jax import run_config  # pylint: disable=wrong-import-position
 from keynorm_jax.evaluation.evaluate import auto_batch_size
