@@ -126,8 +126,9 @@ def test_transposed_is_the_transpose_as_its_own_copy(shape, axes):
     assert "conditional(" not in reference_hlo
 
 
-@pytest.mark.parametrize("positions", ["default", "per_row"])
-@pytest.mark.parametrize("options", [dict(), dict(rerope_window=6), dict(xpos_gamma=0.4)])
+@pytest.mark.parametrize("positions, options", [("default", dict()),
+                                                ("per_row", dict(rerope_window=6)),
+                                                ("default", dict(xpos_gamma=0.4))])
 def test_attend_with_one_rope_table_matches_fused_rope(positions, options):
   """attend with RoPE's cos and sin computed once as their own op (fusion_boundary.own_op) against
   the same function with XLA fusing them where it likes: outputs, entropies and gradients; with
