@@ -7,18 +7,23 @@ its 0.45 GiB again: 119,000 page faults and 0.17 s of system CPU time a step on 
 CPU, about a fifth of the step (benchmarks/PROFILE_NOTES.md, round 4).
 
 `keep_freed_memory()` sets malloc to one arena (the main one), no mmap, and a 2 GiB trim threshold:
-the block then comes from the heap and the next step reuses it, with no faults (in 5 of 6 training
-processes measured; in the sixth a third of them remained; in a small test program 3 of 10
-processes kept faulting every page, cause not found: tests/test_host_memory.py). The setting must
-come before any thread allocates, so the entry points that train (train.py, the reproduction, the
-field study, the training benchmarks) call it before importing anything else. eval.py does not:
-at 65,536 tokens a window took as long with it as without (56-61 s against 58 s here), and in one
-of five runs with it the process's peak memory was 1.82 GiB instead of 1.31-1.41 (freed heap kept,
-fragmented), where long evaluation's bound is its peak memory (the reproduction and the study also
-evaluate in-process, at up to 16,384 tokens: not measured apart). Called late, it is refused
-with a warning, because threads that already hold an arena keep it (for any process, the same can
+the block then comes from the heap and later steps reuse it, with no faults. Not from the first
+step: on a step that faults, the heap grows by a fresh block (`perf trace`: an XLA worker thread's
+brk, +48 MiB on each faulting call of tests/test_host_memory.py's program), so the hole the previous
+block left did not fit. A likely cause, not verified: the block is allocated aligned, which asks
+glibc for its size plus the alignment, and the hole's neighbours have since been taken by small
+allocations. Freed neighbours merge over time: in 40 to 150 training steps of the `cpu` GAU, 3 or 4
+steps faulted, the last by step 33, and the process then held 2.63 GiB resident against 1.31 GiB
+with glibc's default, unchanged from step 50 to 150: memory traded for the faults (PROFILE_NOTES,
+round 5). The setting must come before any thread allocates, so the entry points that train
+(train.py, the reproduction, the field study, the training benchmarks) call it before importing
+anything else. eval.py does not: at 65,536 tokens a window took as long with it as without
+(56-61 s against 58 s here), and in one of five runs with it the process's peak memory was
+1.82 GiB instead of 1.31-1.41 (freed heap kept, fragmented), where long evaluation's bound is its
+peak memory (the reproduction and the study also evaluate in-process, at up to 16,384 tokens: not
+measured apart). Called late, it is refused with a warning, because threads that already hold an arena keep it (for any process, the same can
 be set from the shell with GLIBC_TUNABLES: README, "Speed on the CPU"). Off with
-KEYNORM_MALLOC=default. Nothing else changes: no number, only where memory comes from.
+KEYNORM_MALLOC=default. No number changes: only where memory comes from and how much stays held.
 """
 
 import ctypes

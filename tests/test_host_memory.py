@@ -13,9 +13,10 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 # A jitted function with 48 MiB of XLA temporaries (sin(x), the matmul's operand; blocks over 32 MiB
-# are the ones glibc maps afresh), called 5 times after 2 warm-up calls; prints what
-# keep_freed_memory returned and the fewest minor page faults of a call (this VM's kernel faults in
-# a few pages of its own now and then, so the fewest, not the mean).
+# are the ones glibc maps afresh), called 20 times after 2 warm-up calls; prints what
+# keep_freed_memory returned and the fewest minor page faults of a call: the kernel faults in a few
+# pages of its own now and then, and with the setting the first calls may still fault while the
+# heap grows (host_memory's docstring: in 60-call runs, 2 to 6 calls faulted, none after the 22nd).
 _PROGRAM = """
 import ctypes, json, os, resource, sys, warnings
 ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)   # PR_SET_THP_DISABLE: 4 KiB pages, whatever the host's THP
@@ -35,7 +36,7 @@ call = jax.jit(lambda a: jnp.sum(jnp.sin(a) @ a[:1024, :8])).lower(x).compile()
 for _ in range(2):
   call(x).block_until_ready()
 faults = []
-for _ in range(5):
+for _ in range(20):
   before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
   call(x).block_until_ready()
   faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
@@ -61,17 +62,9 @@ def test_first_thing_in_a_process_it_keeps_freed_memory():
   # 48 MiB of temporaries is 12,288 pages: without the setting they are faulted in on every call.
   plain = _run()
   assert plain["faults"] > 10_000, plain
-  # With it, most processes fault none of them, but not all: in 3 of 10 runs of this program (a
-  # fresh venv, 2 cores) every call still faulted all of them, cause not found (host_memory's
-  # docstring). So up to 5 processes, each a fresh chance; the setting must never add faults.
-  tries = []
-  for _ in range(5):
-    tries.append(_run(FIRST="1"))
-    assert tries[-1]["kept"] is True and not tries[-1]["warnings"], tries[-1]
-    assert tries[-1]["faults"] <= plain["faults"] + 100, (plain, tries)
-    if tries[-1]["faults"] < 1_000:
-      break
-  assert tries[-1]["faults"] < 1_000, (plain, tries)
+  kept = _run(FIRST="1")
+  assert kept["kept"] is True and not kept["warnings"], kept
+  assert kept["faults"] < 1_000, (plain, kept)
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
