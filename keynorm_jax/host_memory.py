@@ -12,18 +12,19 @@ step: on a step that faults, the heap grows by a fresh block (`perf trace`: an X
 brk, +48 MiB on each faulting call of tests/test_host_memory.py's program), so the hole the previous
 block left did not fit. A likely cause, not verified: the block is allocated aligned, which asks
 glibc for its size plus the alignment, and the hole's neighbours have since been taken by small
-allocations. Freed neighbours merge over time: in 40 to 150 training steps of the `cpu` GAU, 3 or 4
-steps faulted, the last by step 33, and the process then held 2.63 GiB resident against 1.31 GiB
-with glibc's default, unchanged from step 50 to 150: memory traded for the faults (PROFILE_NOTES,
+allocations. The faulting calls thin out (holes large enough form, we infer, as freed neighbours
+merge): in 40 to 150 training steps of the `cpu` GAU, 3 or 4 steps faulted, the last by step 33,
+and the process then held 2.2-2.6 GiB resident against 1.31 GiB with glibc's default (2.63 GiB,
+unchanged from step 50 to 150, in the longest run): memory traded for the faults (PROFILE_NOTES,
 round 5). The setting must come before any thread allocates, so the entry points that train
 (train.py, the reproduction, the field study, the training benchmarks) call it before importing
 anything else. eval.py does not: at 65,536 tokens a window took as long with it as without
 (56-61 s against 58 s here), and in one of five runs with it the process's peak memory was
 1.82 GiB instead of 1.31-1.41 (freed heap kept, fragmented), where long evaluation's bound is its
 peak memory (the reproduction and the study also evaluate in-process, at up to 16,384 tokens: not
-measured apart). Called late, it is refused with a warning, because threads that already hold an arena keep it (for any process, the same can
-be set from the shell with GLIBC_TUNABLES: README, "Speed on the CPU"). Off with
-KEYNORM_MALLOC=default. No number changes: only where memory comes from and how much stays held.
+measured apart). Called late, it is refused with a warning, because threads that already hold an
+arena keep it (for any process, the same can be set from the shell with GLIBC_TUNABLES: README,
+"Speed on the CPU"). Off with KEYNORM_MALLOC=default. No number changes: only where memory comes from and how much stays held.
 """
 
 import ctypes

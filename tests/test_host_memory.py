@@ -14,9 +14,9 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 
 # A jitted function with 48 MiB of XLA temporaries (sin(x), the matmul's operand; blocks over 32 MiB
 # are the ones glibc maps afresh), called 20 times after 2 warm-up calls; prints what
-# keep_freed_memory returned and the fewest minor page faults of a call: the kernel faults in a few
-# pages of its own now and then, and with the setting the first calls may still fault while the
-# heap grows (host_memory's docstring: in 60-call runs, 2 to 6 calls faulted, none after the 22nd).
+# keep_freed_memory returned and each call's minor page faults, sorted: the kernel faults in a few
+# pages of its own now and then, and with the setting some calls, most of them early, still fault
+# while the heap grows (benchmarks/PROFILE_NOTES.md, round 5: 2 to 6 of 60 calls in four runs).
 _PROGRAM = """
 import ctypes, json, os, resource, sys, warnings
 ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)   # PR_SET_THP_DISABLE: 4 KiB pages, whatever the host's THP
@@ -40,7 +40,7 @@ for _ in range(20):
   before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
   call(x).block_until_ready()
   faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-faults = min(faults)
+faults = sorted(faults)
 print(json.dumps({"kept": kept if "kept" in dir() else None, "faults": faults,
                   "warnings": [str(w.message) for w in caught] if "caught" in dir() else []}))
 """
@@ -61,10 +61,11 @@ def _run(**env):
 def test_first_thing_in_a_process_it_keeps_freed_memory():
   # 48 MiB of temporaries is 12,288 pages: without the setting they are faulted in on every call.
   plain = _run()
-  assert plain["faults"] > 10_000, plain
+  assert plain["faults"][0] > 10_000, plain   # the fewest of the 20 calls
   kept = _run(FIRST="1")
   assert kept["kept"] is True and not kept["warnings"], kept
-  assert kept["faults"] < 1_000, (plain, kept)
+  # The fewest and the median call: most calls fault none of the pages.
+  assert kept["faults"][0] < 1_000 and kept["faults"][10] < 1_000, (plain, kept)
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
@@ -72,6 +73,6 @@ def test_too_late_or_turned_off_it_changes_nothing_and_says_why():
   late = _run(LATE="1")
   assert late["kept"] is False
   assert any("after importing" in w and "jax" in w for w in late["warnings"]), late
-  assert late["faults"] > 10_000, late
+  assert late["faults"][0] > 10_000, late
   off = _run(FIRST="1", KEYNORM_MALLOC="default")
-  assert off["kept"] is False and off["faults"] > 10_000, off
+  assert off["kept"] is False and off["faults"][0] > 10_000, off
