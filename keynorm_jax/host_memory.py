@@ -24,7 +24,8 @@ anything else. eval.py does not: at 65,536 tokens a window took as long with it 
 peak memory (the reproduction and the study also evaluate in-process, at up to 16,384 tokens: not
 measured apart). Called late, it is refused with a warning, because threads that already hold an
 arena keep it (for any process, the same can be set from the shell with GLIBC_TUNABLES: README,
-"Speed on the CPU"). Off with KEYNORM_MALLOC=default. No number changes: only where memory comes from and how much stays held.
+"Speed on the CPU"). Off with KEYNORM_MALLOC=default. No number changes: only where memory comes
+from and how much stays held.
 """
 
 import ctypes
