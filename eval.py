@@ -1,5 +1,9 @@
 r"""Evaluates trained runs far beyond their training length: `python eval.py --length=4096`.
 
+`--tasks=passkey,mqar` measures retrieval instead (or beside `next_token`): exact match of a needle
+placed at each of --depths, at every length, drawn as a needle-in-a-haystack heat map per run and
+method.
+
 Every run under --workdir (default runs/; or one run's folder) is restored from its latest checkpoint
 with its weights unchanged and scored on the "repeated" and "non_repeated" held-out sets at its
 training length and at --length (or each of --lengths), for each inference-time method (--methods).
@@ -10,7 +14,9 @@ import sys
 
 from absl import app, flags, logging
 
-from keynorm_jax.evaluation.command import check_eval_options, evaluate_workdir, make_columns
+from keynorm_jax.data.retrieval import DEFAULT_DEPTHS
+from keynorm_jax.evaluation.command import (check_eval_options, check_tasks, evaluate_workdir,
+                                            make_columns)
 from keynorm_jax.positions import INFERENCE_METHODS
 from keynorm_jax.positions.registry import knob_help
 
@@ -36,8 +42,23 @@ _REPEAT_PERIOD = flags.DEFINE_integer(
     "the trained range).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 0, "Windows per batch; 0 = fit ~4 GiB.")
 _OUTPUT = flags.DEFINE_string("output", None, "Results folder; default <workdir>/eval.")
+_TASKS = flags.DEFINE_list(
+    "tasks", ["next_token"], "What to evaluate: next_token (next-token accuracy on the repeated and "
+    "non-repeated sets) and the retrieval tasks passkey (a 5-digit key at a depth, asked at the "
+    "end) and mqar (16 letter-digit pairs at a depth, all queried at the end), comma-separated.")
+_DEPTHS = flags.DEFINE_list("depths", None, "Retrieval: needle depths as fractions of the context "
+                            "from its start (0) to its end (1); default 10 from 0 to 1.")
+_NUM_PROMPTS = flags.DEFINE_integer("num_prompts", 4, "Retrieval: prompts per task, length and "
+                                    "depth (the same prompts for every model).")
 _DIAGNOSTICS = flags.DEFINE_bool("diagnostics", False, "Also record key-norm spread and "
                                  "attention entropy per layer.")
+
+
+def _numbers(flag: str, values, kind):
+  try:
+    return [kind(v) for v in values]
+  except ValueError:
+    raise ValueError(f"{flag} takes comma-separated numbers, got {','.join(values)!r}.") from None
 
 
 def main(argv):
@@ -46,8 +67,11 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
   try:
-    check_eval_options(factor=_KNOBS["factor"].value, batch_size=_BATCH_SIZE.value)
-    lengths = [int(x) for x in _LENGTHS.value] if _LENGTHS.value else [_LENGTH.value]
+    check_eval_options(factor=_KNOBS["factor"].value, batch_size=_BATCH_SIZE.value,
+                       num_prompts=_NUM_PROMPTS.value)
+    lengths = _numbers("--lengths", _LENGTHS.value, int) if _LENGTHS.value else [_LENGTH.value]
+    depths = _numbers("--depths", _DEPTHS.value, float) if _DEPTHS.value else DEFAULT_DEPTHS
+    tasks = check_tasks(_TASKS.value)
     columns = make_columns(_METHODS.value, posthoc_logn=_POSTHOC_LOGN.value,
                            **{name: flag.value for name, flag in _KNOBS.items()})
   except ValueError as e:
@@ -56,7 +80,8 @@ def main(argv):
     records, failures, _ = evaluate_workdir(
         _WORKDIR.value, lengths=lengths, columns=columns, num_windows=_NUM_WINDOWS.value,
         batch_size=_BATCH_SIZE.value, output=_OUTPUT.value, diagnostics=_DIAGNOSTICS.value,
-        repeat_period=_REPEAT_PERIOD.value)
+        repeat_period=_REPEAT_PERIOD.value, tasks=tasks, depths=depths,
+        num_prompts=_NUM_PROMPTS.value)
   except (ValueError, RuntimeError) as e:
     sys.exit(f"error: {e}")
   if failures or not records:

@@ -79,4 +79,8 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   c.data.test_split = "test"
   c.data.copy_fraction = 0.0      # share of training windows made synthetic copies (a prefix of
                                   # 16 to train_length / 2 tokens tiled); 0 = the text as is
+  c.data.retrieval_fraction = 0.0  # share of the training windows that are not copies given a
+                                   # retrieval episode (needle at a uniform depth, question and
+                                   # answer at the end); 0 = none
+  c.data.retrieval_tasks = "passkey,mqar"  # the tasks drawn from (keynorm_jax/data/retrieval/)
   return c

@@ -13,8 +13,10 @@ import sys
 import traceback
 
 import ml_collections
+import numpy as np
 
 from keynorm_jax import positions
+from keynorm_jax.data.retrieval import check_tasks, min_length, task
 from keynorm_jax.data.tokenizer import VOCAB_SIZE
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.models import ModelConfig, build_model as _build_model
@@ -174,6 +176,16 @@ def validate(config: ml_collections.ConfigDict, num_devices: int) -> None:
   if not 0.0 <= config.data.copy_fraction <= 1.0:
     raise ConfigError(f"data.copy_fraction is a share of the training windows, from 0 to 1; got "
                       f"{config.data.copy_fraction}.")
+  if not 0.0 <= config.data.retrieval_fraction <= 1.0:
+    raise ConfigError(f"data.retrieval_fraction is a share of the training windows, from 0 to 1; "
+                      f"got {config.data.retrieval_fraction}.")
+  if config.data.retrieval_fraction:
+    names = check_tasks(config.data.retrieval_tasks.split(","), "data.retrieval_tasks")
+    needed = max(min_length(task(t).make(np.random.default_rng(0)), 0) for t in names)
+    if config.train_length < needed:
+      raise ConfigError(f"data.retrieval_fraction needs train_length >= {needed} (the longest "
+                        f"retrieval episode of {config.data.retrieval_tasks}); got "
+                        f"{config.train_length}.")
   if config.learning_rate <= 0:
     raise ConfigError(f"learning_rate must be positive, got {config.learning_rate}.")
   if config.batch_size % num_devices:

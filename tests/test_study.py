@@ -96,3 +96,50 @@ def test_tables_name_the_code_version_and_device_of_each_record():
   old = {"provenance": {"code_version": "0123456789ab", "backend": "cpu", "commit": None}}
   assert made_with(gpu) == "bc23a386 (H100)"
   assert made_with(old) == "01234567 (cpu)"
+
+
+def test_a_tiny_retrieval_run_is_recorded_with_its_retrieval_results(tmp_path, monkeypatch):
+  monkeypatch.setattr(plan, "RETRIEVAL_MULTIPLES", (1, 2))    # the plan's shape, fewer lengths
+  monkeypatch.setattr(plan, "RETRIEVAL_TASKS", ("passkey", "mqar"))
+  monkeypatch.setattr(plan, "RETRIEVAL_OPTION_MULTIPLES", (2,))
+  monkeypatch.setitem(plan.SCALES["tiny"], "windows", {1: 2})   # next-token: 1x, "none" only
+  monkeypatch.setattr(plan, "ROTARY_OPTIONS", ())
+  store = RecordStore("field_tiny", root=tmp_path / "results")
+  entry = plan.StudyRun("kna_rope", retrieval_fraction=0.5)
+  assert (entry.key, entry.label) == ("kna_rope__retrieval50__seed0", "kna_rope+retrieval50")
+  path = run_one(entry, scale="tiny", store=store, runs_dir=tmp_path / "runs",
+                 data_dir=str(tmp_path / "tfds"))
+  record = json.loads(path.read_text())
+  assert record["plan_key"] == plan.plan_key("tiny", retrieval=True) != plan.plan_key("tiny")
+  assert record["config"]["train_length"] == 192 and record["retrieval_fraction"] == 0.5
+  assert record["config"]["data"]["retrieval_tasks"] == "passkey,mqar"
+  found = {(r["task"], r["length"], r["rope_scaling"]) for r in record["retrieval"]}
+  options = ("none", "yarn", "rerope", "window", "streaming")
+  assert found == {(t, 192, "none") for t in ("passkey", "mqar")} | {
+      (t, 384, m) for t in ("passkey", "mqar") for m in options}
+  assert all(len(r["accuracy_by_depth"]) == 10 and r["prompts"] == 1 for r in record["retrieval"])
+  page = write_report(store.all(), store.directory).read_text()
+  assert "## Retrieval beyond the training length" in page
+  assert page.count("| `kna_rope+retrieval50` |") >= 2 + len(options)  # by length and options
+  assert (store.directory / "retrieval_gau.png").exists()
+
+
+def test_retrieval_tables_read_the_records_by_hand(monkeypatch):
+  from keynorm_jax.study import retrieval_report  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(plan, "RETRIEVAL_TASKS", ("passkey", "mqar"))
+  def result(task, length, accuracy, method="none"):
+    return {"task": task, "length": length, "rope_scaling": method, "accuracy": accuracy}
+  rec = lambda seed, passkey_2x: {
+      "label": "kna_rope+retrieval50", "seed": seed, "architecture": "gau",
+      "config": {"train_length": 512, "model": {"position": "rope"}},
+      "retrieval": [result("passkey", 512, 1.0), result("passkey", 1024, passkey_2x),
+                    result("mqar", 1024, 0.25, "window")]}
+  records = [rec(0, 0.5), rec(1, 0.7), rec(2, 0.9)]
+  assert retrieval_report.find(records[0], "passkey", 2)["accuracy"] == 0.5
+  assert retrieval_report.find(records[0], "mqar", 2) is None                 # only with window
+  table = retrieval_report.by_length_table(records, "gau")
+  assert "| `kna_rope+retrieval50` | 100 | 50 |  |" in table                   # seed 0 only
+  seeds = retrieval_report.seed_table(records)
+  assert "| `kna_rope+retrieval50` | 0, 1, 2 | 100 ± 0 | 70 ± 20 |" in seeds   # mean ± sd
+  options = retrieval_report.options_table(records, "gau")
+  assert "| `kna_rope+retrieval50` | window |  |  | 25 |  |" in options

@@ -11,6 +11,11 @@ seed, is replaced by a prefix of itself of P tokens (P uniform in [MIN_COPY_PERI
 tiled over the whole window, so training contains copying at distances inside the trained range
 (the copy test evaluates period train_length / 4). Reported as such wherever used.
 
+Retrieval episodes (`retrieval_fraction` > 0): that share of the other windows, drawn once per window
+from the seed, carries one episode of a retrieval task (`retrieval_tasks`, one drawn per window):
+its needle at a uniform depth of the window's own text and its question and answer at the end
+(data/retrieval/), so retrieval over every distance inside the training length is learned.
+
 The pipeline is a Grain dataset; its iterator's `get_state()` is a small dict saved with every
 checkpoint, so a resumed run sees exactly the batches it would have seen.
 """
@@ -18,10 +23,12 @@ checkpoint, so a resumed run sees exactly the batches it would have seen.
 import grain
 import numpy as np
 
+from keynorm_jax.data import retrieval
 from keynorm_jax.data.corpora import DataError
 
 
 MIN_COPY_PERIOD = 16
+RETRIEVAL_STREAM = 1  # the retrieval draws' own generator, apart from the copy draws'
 
 
 def copied(window, period: int):
@@ -35,7 +42,8 @@ def num_windows(num_tokens: int, train_length: int) -> int:
 
 def train_dataset(tokens, *, train_length: int, global_batch_size: int, seed: int,
                   process_index: int = 0, process_count: int = 1,
-                  copy_fraction: float = 0.0) -> grain.IterDataset:
+                  copy_fraction: float = 0.0, retrieval_fraction: float = 0.0,
+                  retrieval_tasks=()) -> grain.IterDataset:
   """Endless dataset of int32 batches [global_batch_size / process_count, train_length + 1].
 
   Each epoch is a fresh shuffle (seeded) of all windows; every host sees the same global batch
@@ -54,13 +62,21 @@ def train_dataset(tokens, *, train_length: int, global_batch_size: int, seed: in
   lo = process_index * local
 
   max_period = max(MIN_COPY_PERIOD, train_length // 2)
+  if retrieval_fraction:
+    retrieval_tasks = retrieval.check_tasks(retrieval_tasks, "data.retrieval_tasks")
 
   def window(i):
     out = tokens[i * train_length:i * train_length + train_length + 1]
     if copy_fraction:
       draw = np.random.default_rng((seed, int(i)))
       if draw.random() < copy_fraction:
-        out = copied(out, int(draw.integers(MIN_COPY_PERIOD, max_period + 1)))
+        return copied(out, int(draw.integers(MIN_COPY_PERIOD, max_period + 1)))
+    if retrieval_fraction:
+      draw = np.random.default_rng((seed, int(i), RETRIEVAL_STREAM))
+      if draw.random() < retrieval_fraction:
+        name = retrieval_tasks[int(draw.integers(len(retrieval_tasks)))]
+        episode = retrieval.task(name).make(draw)
+        out, _ = retrieval.place(out, episode, depth=float(draw.random()), min_gap=0)
     return out
 
   dataset = (grain.MapDataset.range(count).shuffle(seed=seed).repeat(None).map(window)

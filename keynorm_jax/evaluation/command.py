@@ -10,9 +10,13 @@ import traceback
 
 import jax
 
+from keynorm_jax.data.retrieval import DEFAULT_DEPTHS
+from keynorm_jax.data.retrieval import tasks as retrieval_tasks
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
 from keynorm_jax.evaluation.report import markdown_table, write_results
+from keynorm_jax.evaluation.retrieval import NEXT_TOKEN, check_depths, evaluate_retrieval
+from keynorm_jax.evaluation.retrieval_report import retrieval_table
 from keynorm_jax.evaluation.run_loading import find_runs, load_run
 from keynorm_jax.positions import INFERENCE_METHODS, EvalColumn, inference_method
 from keynorm_jax.storage import disk
@@ -29,8 +33,11 @@ def make_columns(names, *, posthoc_logn=False, **knobs):
           for name in names for posthoc in ([False, True] if posthoc_logn else [False])]
 
 
-def check_eval_options(*, factor=None, batch_size=0):
-  """ValueError for a --factor or --batch_size that cannot be meant."""
+def check_eval_options(*, factor=None, batch_size=0, num_prompts=1):
+  """ValueError for a --factor, --batch_size or --num_prompts that cannot be meant."""
+  if num_prompts < 1:
+    raise ValueError(f"--num_prompts must be at least 1 (prompts per task, length and depth), got "
+                     f"{num_prompts}.")
   if factor is not None and not factor >= 1:
     raise ValueError(f"--factor must be at least 1 (or left unset for the default, length / "
                      f"train_length), got {factor:g}.")
@@ -39,20 +46,32 @@ def check_eval_options(*, factor=None, batch_size=0):
                      f"got {batch_size}.")
 
 
-def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0, output=None,
-                     diagnostics=False, echo=print, repeat_period=None):
-  """Evaluates every run found under `workdir`; returns (records, failures, paths).
+def check_tasks(names) -> list[str]:
+  """--tasks: next_token and the retrieval tasks, each known and named once."""
+  return retrieval_tasks.check_tasks(names, "--tasks", also=(NEXT_TOKEN,))
 
+
+def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0, output=None,
+                     diagnostics=False, echo=print, repeat_period=None, tasks=(NEXT_TOKEN,),
+                     depths=DEFAULT_DEPTHS, num_prompts=4):
+  """Evaluates every run found under `workdir`; returns (records, failures, paths), records being
+  the next-token records followed by the retrieval records.
+
+  tasks: next_token (the repeated / non-repeated sets) and retrieval tasks (passkey, mqar), each
+    at `depths` with `num_prompts` prompts per depth.
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
   stop the others. The output folder is checked to be writable before any work.
   """
-  check_eval_options(batch_size=batch_size)  # (a request's factor is checked when it is made)
+  check_eval_options(batch_size=batch_size, num_prompts=num_prompts)  # (factor: checked when made)
+  tasks = check_tasks(tasks)
+  depths = check_depths(depths)
+  retrieval_names = [t for t in tasks if t != NEXT_TOKEN]
   workdir = pathlib.Path(workdir)
   runs = find_runs(workdir)
   output = pathlib.Path(output) if output else workdir / "eval"
   output_existed = output.is_dir()
   disk.ensure_writable(output, what="the eval output folder", fix="pass a writable --output")
-  records, failures, found_diagnostics = [], {}, {}
+  records, retrieval, failures, found_diagnostics = [], [], {}, {}
   tokens_by_data = {}
   started = time.perf_counter()
   for index, run_dir in enumerate(runs, 1):
@@ -64,9 +83,15 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
       tokens = tokens_by_data[key]
       echo(f"[{index}/{len(runs)}] {run.name} (step {run.step}, trained at "
            f"{run.config.train_length})")
-      records += evaluate_run(run, lengths=lengths, columns=columns, num_windows=num_windows,
-                              batch_size=batch_size, tokens=tokens, repeat_period=repeat_period,
-                              progress=lambda what: echo(f"  evaluating {what}"))
+      progress = lambda what: echo(f"  evaluating {what}")
+      if retrieval_names:  # first: it checks its lengths before any work
+        retrieval += evaluate_retrieval(run, tasks=retrieval_names, lengths=lengths,
+                                        columns=columns, num_prompts=num_prompts, depths=depths,
+                                        batch_size=batch_size, tokens=tokens, progress=progress)
+      if NEXT_TOKEN in tasks:
+        records += evaluate_run(run, lengths=lengths, columns=columns, num_windows=num_windows,
+                                batch_size=batch_size, tokens=tokens, repeat_period=repeat_period,
+                                progress=progress)
       if diagnostics:
         found_diagnostics[run.name] = run_diagnostics(run, lengths=lengths, tokens=tokens)
     except Exception as e:  # pylint: disable=broad-except
@@ -75,20 +100,25 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
       if not isinstance(e, (ValueError, RuntimeError)):
         traceback.print_exc(file=sys.stderr)
   paths = {}
-  if records:
+  if records or retrieval:
     meta = {
         "command": " ".join(sys.argv), "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "jax": jax.__version__, "backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()], "machine": platform.platform(),
         "python": platform.python_version(), "num_windows": num_windows,
+        "tasks": tasks, "depths": list(depths), "num_prompts": num_prompts,
         "seconds": round(time.perf_counter() - started, 1), "failures": failures,
     }
     paths = write_results(records, output, meta=meta,
-                          diagnostics=found_diagnostics if diagnostics else None)
-    echo("\n" + markdown_table(records) + "\n")
+                          diagnostics=found_diagnostics if diagnostics else None,
+                          retrieval=retrieval)
+    if records:
+      echo("\n" + markdown_table(records) + "\n")
+    if retrieval:
+      echo("\nRetrieval: exact match % (per-token %)\n" + retrieval_table(retrieval) + "\n")
     echo("Wrote " + ", ".join(str(p) for p in paths.values()))
   elif not output_existed and not any(output.iterdir()):
     output.rmdir()  # created by the writability check, and nothing to put in it
   for name, message in failures.items():
     echo(f"Run {name} was not evaluated: {message}")
-  return records, failures, paths
+  return records + retrieval, failures, paths

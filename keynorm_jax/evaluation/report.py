@@ -9,6 +9,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from keynorm_jax.evaluation.retrieval_report import (  # pylint: disable=wrong-import-position
+    retrieval_table, write_retrieval)
+
 CSV_FIELDS = ("run", "config", "step", "train_length", "length", "set", "rope_scaling", "accuracy",
               "accuracy_stderr", "accuracy_beyond_train", "loss", "tokens", "windows",
               "not_applicable")
@@ -101,23 +104,34 @@ def plot_diagnostics(diagnostics, path) -> None:
   plt.close(fig)
 
 
-def write_results(records, output, *, meta, diagnostics=None) -> dict:
-  """Writes results.{json,csv,md} (and the plots) into `output`; returns their paths."""
+def write_results(records, output, *, meta, diagnostics=None, retrieval=None) -> dict:
+  """Writes results.{json,md} and, for next-token records, results.csv and the plots; for
+  retrieval records, retrieval.csv and the heat maps; into `output`. Returns their paths."""
   output = pathlib.Path(output)
   output.mkdir(parents=True, exist_ok=True)
-  paths = {name: output / name for name in ("results.json", "results.csv", "results.md",
-                                            "accuracy_by_position.png")}
+  paths = {name: output / name for name in ("results.json", "results.md")}
   payload = {"meta": meta, "results": records}
+  if retrieval:
+    payload["retrieval"] = retrieval
   if diagnostics is not None:
     payload["diagnostics"] = diagnostics
   paths["results.json"].write_text(json.dumps(payload, indent=1))
-  with paths["results.csv"].open("w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(records)
-  paths["results.md"].write_text(
-      "Next-token accuracy (%) ± standard error over windows.\n\n" + markdown_table(records) + "\n")
-  plot_accuracy_by_position(records, paths["accuracy_by_position.png"])
+  sections = []
+  if records:
+    paths["results.csv"] = output / "results.csv"
+    with paths["results.csv"].open("w", newline="") as f:
+      writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+      writer.writeheader()
+      writer.writerows(records)
+    sections.append("Next-token accuracy (%) ± standard error over windows.\n\n" +
+                    markdown_table(records))
+    paths["accuracy_by_position.png"] = output / "accuracy_by_position.png"
+    plot_accuracy_by_position(records, paths["accuracy_by_position.png"])
+  if retrieval:
+    sections.append("Retrieval: exact match % (per-token %), over every depth.\n\n" +
+                    retrieval_table(retrieval))
+    paths.update(write_retrieval(retrieval, output))
+  paths["results.md"].write_text("\n\n".join(sections) + "\n")
   if diagnostics:
     paths["diagnostics.png"] = output / "diagnostics.png"
     plot_diagnostics(diagnostics, paths["diagnostics.png"])

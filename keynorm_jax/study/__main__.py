@@ -53,7 +53,7 @@ def main(argv):
   for index, entry in enumerate(entries, 1):
     if _REPORT_ONLY.value or (_MAX_RUNS.value and done >= _MAX_RUNS.value):
       break
-    if store.find(entry.key, plan.plan_key(_SCALE.value)) is not None:
+    if store.find(entry.key, plan.plan_key(_SCALE.value, bool(entry.retrieval_fraction))):
       print(f"[{index}/{len(entries)}] {entry.key}: recorded, skipping", flush=True)
       continue
     print(f"[{index}/{len(entries)}] {entry.key}: training and evaluating", flush=True)

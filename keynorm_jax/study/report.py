@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from keynorm_jax.study import plan  # pylint: disable=g-import-not-at-top,wrong-import-position
+from keynorm_jax.study import plan, retrieval_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 OPTION_ORDER = ("none", "yarn", "rerope", "llama3", "alibi_interpolate", "ntk_alibi", "window",
                 "streaming")
@@ -247,6 +247,8 @@ def results_block(records) -> str:
                   f"(results/field/reach_{architecture}.png)"]
   parts += ["\n#### Seed-to-seed spread (mean ± standard deviation over seeds)\n",
             seed_table(records)]
+  parts += retrieval_report.retrieval_sections(records, heading="####",
+                                               link_prefix="results/field/")
   return "\n".join(parts)
 
 
@@ -336,6 +338,8 @@ def write_report(records, output) -> pathlib.Path:
       sections += [f"![where attention goes](reach_{architecture}.png)\n"]
   sections += ["## Seed-to-seed spread (mean ± standard deviation over seeds)\n",
                seed_table(records)]
+  retrieval_report.write_plots(records, output)
+  sections += retrieval_report.retrieval_sections(records)
   page = output / "FIELD.md"
   page.write_text("\n".join(sections) + "\n")
   return page

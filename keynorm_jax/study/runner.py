@@ -8,6 +8,7 @@ from keynorm_jax import run_config
 from keynorm_jax.evaluation.command import make_columns
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
+from keynorm_jax.evaluation.retrieval import evaluate_retrieval
 from keynorm_jax.evaluation.run_loading import load_run
 from keynorm_jax.study import plan
 from keynorm_jax.study.provenance import provenance
@@ -21,8 +22,26 @@ def study_config(entry: plan.StudyRun, scale: str, data_dir: str = ""):
   config.update(plan.SCALES[scale]["train"])
   config.seed = entry.seed
   config.data.copy_fraction = entry.copy_fraction
+  config.data.retrieval_fraction = entry.retrieval_fraction
+  if entry.retrieval_fraction:
+    config.update(plan.SCALES[scale].get("retrieval_train", {}))
+  config.data.retrieval_tasks = ",".join(plan.RETRIEVAL_TASKS)
   config.data.data_dir = data_dir
   return run_config.resolve(config)
+
+
+def retrieval_records(run, scale: str, tokens, progress) -> list[dict]:
+  """The retrieval plan: each task at every RETRIEVAL_MULTIPLES length with "none", and with the
+  run's inference-time options at RETRIEVAL_OPTION_MULTIPLES."""
+  train_length = run.config.train_length
+  columns = make_columns(["none", *plan.retrieval_options(run.config.model.position)])
+  out = []
+  for multiple in plan.RETRIEVAL_MULTIPLES:
+    at_length = columns if multiple in plan.RETRIEVAL_OPTION_MULTIPLES else columns[:1]
+    out += evaluate_retrieval(run, tasks=plan.RETRIEVAL_TASKS, lengths=[multiple * train_length],
+                              columns=at_length, num_prompts=plan.RETRIEVAL_PROMPTS[scale],
+                              tokens=tokens, progress=progress, include_train_length=False)
+  return out
 
 
 def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, data_dir="",
@@ -45,12 +64,15 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
                             num_windows=windows, tokens=tokens, progress=progress,
                             include_train_length=False,
                             repeat_period=train_length // plan.REPEAT_PERIOD_FRACTION)
+  retrieval = retrieval_records(run, scale, tokens, progress) if entry.retrieval_fraction else []
   diagnostics = run_diagnostics(run, lengths=[8 * train_length], tokens=tokens)
   metrics = read_metrics(workdir)
   record = {
       "study": store.directory.name, "key": entry.key, "config_name": entry.config,
       "label": entry.label, "copy_fraction": entry.copy_fraction,
-      "seed": entry.seed, "scale": scale, "plan_key": plan.plan_key(scale),
+      "retrieval_fraction": entry.retrieval_fraction,
+      "seed": entry.seed, "scale": scale,
+      "plan_key": plan.plan_key(scale, retrieval=bool(entry.retrieval_fraction)),
       "architecture": config.model.architecture, "checkpoint_step": run.step,
       "train": {"steps": config.num_train_steps, "seconds": train_seconds,
                 "final_loss": metrics[-1]["loss"] if metrics else None,
@@ -58,7 +80,7 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
                                              if "eval_accuracy" in m), None)},
       "eval_seconds": round(time.time() - started - train_seconds, 1),
       "config": config.to_dict(), "provenance": provenance(),
-      "records": records, "diagnostics": diagnostics,
+      "records": records, "retrieval": retrieval, "diagnostics": diagnostics,
   }
   path = store.save(entry.key, record)
   if not keep_run:

@@ -177,7 +177,9 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
   dataset = train_dataset(train_tokens, train_length=config.train_length,
                           global_batch_size=config.batch_size, seed=config.seed,
                           process_index=jax.process_index(), process_count=jax.process_count(),
-                          copy_fraction=config.data.copy_fraction)
+                          copy_fraction=config.data.copy_fraction,
+                          retrieval_fraction=config.data.retrieval_fraction,
+                          retrieval_tasks=config.data.retrieval_tasks.split(","))
   validation = eval_windows(validation_tokens, kind="non_repeated", length=config.train_length,
                             count=config.eval_windows, train_length=config.train_length)
 

@@ -1,0 +1,55 @@
+"""The evaluation prompts of a retrieval task at one length: deterministic, the same for every model.
+
+Prompt n (of `count`) takes its filler from the held-out text at the n-th of `count` evenly spaced
+offsets (windows may overlap when the text is short) and its key from a generator seeded by the task,
+the length and n; at every depth the same filler and key are used, only the needle moves (as in the
+needle-in-a-haystack heat map). The needle ends at least EVAL_MIN_GAP tokens before the question, so a
+model that sees only the last EVAL_MIN_GAP tokens cannot retrieve (tests/test_retrieval.py).
+"""
+
+import zlib
+
+import numpy as np
+
+from keynorm_jax.data.corpora import DataError
+from keynorm_jax.data.retrieval.episode import RetrievalError
+from keynorm_jax.data.retrieval.placement import min_length, place
+from keynorm_jax.data.retrieval.tasks import task
+
+DEFAULT_DEPTHS = tuple(float(d) for d in np.linspace(0.0, 1.0, 10))
+EVAL_MIN_GAP = 64
+
+
+def _key_rng(task_name: str, length: int, index: int) -> np.random.Generator:
+  return np.random.default_rng([zlib.crc32(task_name.encode()), length, index])
+
+
+def check_prompt_lengths(task_names, lengths) -> None:
+  """RetrievalError, before any work, for a length too short for a task's evaluation prompt."""
+  for name in task_names:
+    needed = min_length(task(name).make(_key_rng(name, 0, 0)), EVAL_MIN_GAP)
+    short = sorted(n for n in lengths if n < needed)
+    if short:
+      raise RetrievalError(f"Length {short[0]} is shorter than a {name} prompt needs: at least "
+                           f"{needed} tokens (its needle, {EVAL_MIN_GAP} tokens of filler, the "
+                           f"question and the answer). Evaluate {name} at lengths >= {needed}.")
+
+
+def retrieval_prompts(tokens, task_name: str, *, length: int, depths=DEFAULT_DEPTHS, count: int):
+  """(windows int32 [D, count, length + 1], answer_group int32 [D, count, length + 1])."""
+  tokens = np.asarray(tokens, np.int32)
+  if count < 1:
+    raise ValueError(f"Need at least one prompt per depth, got {count}.")
+  if len(tokens) < length + 1:
+    raise DataError(f"The held-out text has {len(tokens)} tokens, fewer than one prompt of "
+                    f"{length}; evaluate at most at length {len(tokens) - 1}.")
+  starts = np.linspace(0, len(tokens) - length - 1, count).round().astype(np.int64)
+  made = task(task_name).make
+  episodes = [made(_key_rng(task_name, length, n)) for n in range(count)]
+  windows = np.zeros([len(depths), count, length + 1], np.int32)
+  groups = np.zeros_like(windows)
+  for d, depth in enumerate(depths):
+    for n, (start, episode) in enumerate(zip(starts, episodes)):
+      windows[d, n], groups[d, n] = place(tokens[start:start + length + 1], episode, depth,
+                                          EVAL_MIN_GAP)
+  return windows, groups

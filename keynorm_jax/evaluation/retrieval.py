@@ -1,0 +1,118 @@
+"""Retrieval evaluation: does a trained run find a needle placed anywhere in a long context?
+
+For every task x length x inference-time method, the run's model scores the task's deterministic
+prompts (data/retrieval/prompts.py: the same for every model) at each depth. Greedy decoding of the
+answer gives the key exactly when every answer token is the model's top prediction given the tokens
+before it, so one teacher-forced forward pass measures exact match (and per-token accuracy) without
+a decoding loop.
+"""
+
+import time
+
+import numpy as np
+
+from keynorm_jax import run_config
+from keynorm_jax.data.retrieval import (DEFAULT_DEPTHS, RetrievalError, check_prompt_lengths,
+                                        retrieval_prompts, task)
+from keynorm_jax.evaluation.evaluate import applicable_columns, auto_batch_size, held_out_tokens
+from keynorm_jax.evaluation.scoring import make_scorer, score_windows
+
+NEXT_TOKEN = "next_token"  # the --tasks name of the next-token evaluation (evaluate.py)
+
+
+def answer_scores(correct, answer_group):
+  """Per prompt (exact-match share of its answers, share of its answer tokens correct).
+
+  correct: [N, L] next-token correctness (target t is window token t + 1); answer_group:
+  [N, L + 1] the answer each window token belongs to, -1 if not scored.
+  """
+  correct = np.asarray(correct, bool)
+  groups = np.asarray(answer_group)[:, 1:]
+  exact, tokens = [], []
+  for row, group in zip(correct, groups):
+    answers = np.unique(group[group >= 0])
+    exact.append(np.mean([row[group == a].all() for a in answers]))
+    tokens.append(row[group >= 0].mean())
+  return np.array(exact), np.array(tokens)
+
+
+def check_depths(depths) -> tuple[float, ...]:
+  depths = tuple(float(d) for d in depths)
+  if not depths:
+    raise RetrievalError("--depths names no depth; give fractions from 0 (start) to 1 (end).")
+  bad = [d for d in depths if not 0.0 <= d <= 1.0]
+  if bad:
+    raise RetrievalError(f"--depths takes fractions of the context from 0 (start) to 1 (end); got "
+                         f"{', '.join(f'{d:g}' for d in bad)}.")
+  return depths
+
+
+def _record(run, task_name, length, column, depths, **fields):
+  return {"run": run.name, "config": run.config.name, "step": run.step,
+          "train_length": run.config.train_length, "task": task_name, "length": length,
+          "rope_scaling": column.label, "method": column.record(), "depths": list(depths),
+          "chance": task(task_name).chance, **fields}
+
+
+def summarize_retrieval(exact, tokens) -> dict:
+  """exact, tokens: [D, N] per depth and prompt; float64 means, standard error over prompts."""
+  exact, tokens = np.asarray(exact, np.float64), np.asarray(tokens, np.float64)
+  flat = exact.reshape(-1)
+  return {
+      "accuracy": float(flat.mean()),
+      "accuracy_stderr": float(flat.std(ddof=1) / np.sqrt(flat.size)) if flat.size > 1 else None,
+      "token_accuracy": float(tokens.mean()),
+      "accuracy_by_depth": [float(x) for x in exact.mean(axis=1)],
+      "token_accuracy_by_depth": [float(x) for x in tokens.mean(axis=1)],
+      "prompts": int(exact.shape[1]),
+  }
+
+
+def evaluate_retrieval(run, *, tasks, lengths, columns, num_prompts: int, depths=DEFAULT_DEPTHS,
+                       batch_size: int = 0, tokens=None, progress=None,
+                       include_train_length=True):
+  """Retrieval records for one trained run (one per task x length x column), each with exact-match
+  and per-token accuracy overall and by depth. Lengths below the training length are refused; a
+  length past what the model's positions encode gives a `not_applicable` record."""
+  depths = check_depths(depths)
+  config = run.config
+  train_length = config.train_length
+  for length in lengths:
+    if length < train_length:
+      raise ValueError(f"Length {length} is shorter than {run.name}'s training length "
+                       f"{train_length}; evaluate at lengths >= {train_length}.")
+  all_lengths = sorted({*lengths, *([train_length] if include_train_length else [])})
+  check_prompt_lengths(tasks, all_lengths)
+  tokens = held_out_tokens(config) if tokens is None else tokens
+  model_cfg = run_config.model_config(config)
+  columns, skipped = applicable_columns(model_cfg, columns)
+  for label, reason in skipped.items():
+    if progress:
+      progress(f"{run.name}: {label} skipped for retrieval ({reason})")
+  limit = model_cfg.position_method.max_length(train_length)
+  records = []
+  for length in all_lengths:
+    if limit is not None and length > limit:
+      reason = f"{config.model.position} positions stop at {limit} tokens"
+      records += [_record(run, t, length, c.at(length, train_length), depths, accuracy=None,
+                          not_applicable=reason) for t in tasks for c in columns]
+      continue
+    prompts = {t: retrieval_prompts(tokens, t, length=length, depths=depths, count=num_prompts)
+               for t in tasks}
+    size = batch_size or auto_batch_size(model_cfg, length, len(depths) * num_prompts)
+    for column in columns:
+      resolved = column.at(length, train_length)
+      scorer = make_scorer(run_config.build_model(config, column))
+      for task_name, (windows, groups) in prompts.items():
+        if progress:
+          progress(f"{run.name} L={length} {task_name} {resolved.label}")
+        started = time.perf_counter()
+        flat = windows.reshape(-1, length + 1)
+        correct, _ = score_windows(scorer, run.params, flat, size)
+        exact, per_token = answer_scores(correct, groups.reshape(-1, length + 1))
+        shape = windows.shape[:2]
+        records.append(_record(run, task_name, length, resolved, depths,
+                               **summarize_retrieval(exact.reshape(shape),
+                                                     per_token.reshape(shape)),
+                               seconds=round(time.perf_counter() - started, 2)))
+  return records

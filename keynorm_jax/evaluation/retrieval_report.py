@@ -1,0 +1,93 @@
+"""Retrieval results as a table (exact match by length), a CSV by depth, and the needle heat map."""
+
+import csv
+import pathlib
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+CSV_FIELDS = ("run", "config", "step", "train_length", "task", "length", "rope_scaling", "depth",
+              "accuracy", "token_accuracy", "prompts", "chance", "not_applicable")
+
+
+def _pct(x):
+  return "n/a" if x is None else f"{100 * x:.1f}"
+
+
+def retrieval_table(records) -> str:
+  """Rows = run x method x task; columns = lengths; cells = exact match % (per-token %)."""
+  lengths = sorted({r["length"] for r in records})
+  rows = list(dict.fromkeys((r["run"], r["rope_scaling"], r["task"]) for r in records))
+  by_key = {(r["run"], r["rope_scaling"], r["task"], r["length"]): r for r in records}
+  head = ["run", "method", "task"] + [str(length) for length in lengths]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for key in rows:
+    cells = []
+    for length in lengths:
+      r = by_key.get((*key, length))
+      cells.append("" if r is None else "n/a" if r.get("not_applicable") else
+                   f"{_pct(r['accuracy'])} ({_pct(r['token_accuracy'])})")
+    lines.append("| " + " | ".join([*key, *cells]) + " |")
+  return "\n".join(lines)
+
+
+def write_retrieval_csv(records, path) -> None:
+  """One row per record and depth (and one with depth "all" for the whole record)."""
+  with pathlib.Path(path).open("w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    for r in records:
+      writer.writerow({**r, "depth": "all"})
+      for depth, exact, tokens in zip(r["depths"], r.get("accuracy_by_depth") or [],
+                                      r.get("token_accuracy_by_depth") or []):
+        writer.writerow({**r, "depth": depth, "accuracy": exact, "token_accuracy": tokens})
+
+
+def heat_map_name(run: str, method: str) -> str:
+  return "needle_" + re.sub(r"[^A-Za-z0-9._-]+", "_", f"{run}__{method}") + ".png"
+
+
+def plot_heat_map(records, path, *, title: str) -> None:
+  """Exact match by depth (rows) x length (columns), one panel per task, for one run and method."""
+  tasks = list(dict.fromkeys(r["task"] for r in records))
+  fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.4), squeeze=False)
+  for ax, task_name in zip(axes[0], tasks):
+    found = sorted((r for r in records if r["task"] == task_name), key=lambda r: r["length"])
+    lengths = [r["length"] for r in found]
+    depths = found[0]["depths"]
+    grid = np.full([len(depths), len(lengths)], np.nan)
+    for j, r in enumerate(found):
+      if r.get("accuracy_by_depth"):
+        grid[:, j] = r["accuracy_by_depth"]
+    ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto", origin="upper")
+    for (i, j), value in np.ndenumerate(grid):
+      ax.text(j, i, "n/a" if np.isnan(value) else f"{100 * value:.0f}", ha="center", va="center",
+              fontsize=7)
+    ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
+    ax.set_yticks(range(len(depths)), [f"{d:.2f}" for d in depths])
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("needle depth (0 = start)")
+    trained = found[0]["train_length"]
+    ax.set_title(f"{task_name}: exact match %, chance {100 * found[0]['chance']:g}%\n"
+                 f"(trained at {trained})", fontsize=9)
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def write_retrieval(records, output) -> dict:
+  """retrieval.csv and one heat map per run x method in `output`; returns their paths."""
+  output = pathlib.Path(output)
+  paths = {"retrieval.csv": output / "retrieval.csv"}
+  write_retrieval_csv(records, paths["retrieval.csv"])
+  for run, method in dict.fromkeys((r["run"], r["rope_scaling"]) for r in records):
+    name = heat_map_name(run, method)
+    paths[name] = output / name
+    plot_heat_map([r for r in records if r["run"] == run and r["rope_scaling"] == method],
+                  paths[name], title=f"{run}, inference: {method}")
+  return paths

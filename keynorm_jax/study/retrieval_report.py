@@ -1,0 +1,148 @@
+"""The retrieval study's tables and plot, from the records that hold retrieval results.
+
+Exact match (%) of the answers (passkey: all 5 digits; MQAR: each queried value) over every depth,
+by length as a multiple of the training length; the seed spread; each method's inference-time
+options. Every number comes from a record in results/field/.
+"""
+
+import collections
+import statistics
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from keynorm_jax.study import plan  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+def with_retrieval(records, architecture=None, seed=None):
+  return [r for r in records if r.get("retrieval")
+          and (architecture is None or r["architecture"] == architecture)
+          and (seed is None or r["seed"] == seed)]
+
+
+def _train_length(record):
+  return record["config"]["train_length"]
+
+
+def find(record, task, multiple, method="none"):
+  """The retrieval result of `task` at `multiple` x the training length with `method`, or None."""
+  length = multiple * _train_length(record)
+  for r in record["retrieval"]:
+    if r["task"] == task and r["length"] == length and r["rope_scaling"] == method:
+      return r
+  return None
+
+
+def _pct(r):
+  if r is None:
+    return ""
+  return "n/a" if r.get("accuracy") is None else f"{100 * r['accuracy']:.0f}"
+
+
+def _table(head, rows):
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+
+
+def by_length_table(records, architecture):
+  """Rows: seed-0 runs; columns: passkey and MQAR exact match at each multiple ("none")."""
+  head = ["run"] + [f"{task} {m}x" for task in plan.RETRIEVAL_TASKS
+                    for m in plan.RETRIEVAL_MULTIPLES]
+  rows = [[f"`{rec['label']}`"] + [_pct(find(rec, task, m)) for task in plan.RETRIEVAL_TASKS
+                                   for m in plan.RETRIEVAL_MULTIPLES]
+          for rec in with_retrieval(records, architecture, seed=0)]
+  return _table(head, rows) if rows else "(no records yet)"
+
+
+def options_table(records, architecture):
+  """Passkey and MQAR exact match with each inference-time option, at each option multiple."""
+  head = ["run", "method"] + [f"{task} {m}x" for task in plan.RETRIEVAL_TASKS
+                              for m in plan.RETRIEVAL_OPTION_MULTIPLES]
+  rows = []
+  for rec in with_retrieval(records, architecture, seed=0):
+    for method in ("none", *plan.retrieval_options(rec["config"]["model"]["position"])):
+      cells = [_pct(find(rec, task, m, method)) for task in plan.RETRIEVAL_TASKS
+               for m in plan.RETRIEVAL_OPTION_MULTIPLES]
+      rows.append([f"`{rec['label']}`", method] + cells)
+  return _table(head, rows) if rows else "(no records yet)"
+
+
+def seed_table(records):
+  """Mean ± standard deviation over seeds of exact match at each multiple, for labels with 2+."""
+  by_label = collections.defaultdict(list)
+  for rec in with_retrieval(records):
+    by_label[rec["label"]].append(rec)
+  rows = []
+  for label, recs in sorted(by_label.items()):
+    if len(recs) < 2:
+      continue
+    cells = []
+    for task in plan.RETRIEVAL_TASKS:
+      for m in plan.RETRIEVAL_MULTIPLES:
+        values = [r["accuracy"] for r in (find(rec, task, m) for rec in recs)
+                  if r is not None and r.get("accuracy") is not None]
+        cells.append(f"{100 * statistics.mean(values):.0f} ± {100 * statistics.stdev(values):.0f}"
+                     if len(values) > 1 else "n/a")
+    rows.append([f"`{label}`", ", ".join(str(r["seed"]) for r in recs)] + cells)
+  head = ["run", "seeds"] + [f"{task} {m}x" for task in plan.RETRIEVAL_TASKS
+                             for m in plan.RETRIEVAL_MULTIPLES]
+  return _table(head, rows) if rows else "(No run has retrieval records for two seeds yet.)"
+
+
+def plot_by_length(records, architecture, path) -> bool:
+  """Exact match against length multiple, one panel per task, a line per seed-0 run."""
+  recs = with_retrieval(records, architecture, seed=0)
+  if not recs:
+    return False
+  fig, axes = plt.subplots(1, len(plan.RETRIEVAL_TASKS), figsize=(13, 4.5), sharey=True)
+  for ax, task in zip(axes, plan.RETRIEVAL_TASKS):
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)
+    for rec in recs:
+      points = [(m, find(rec, task, m)) for m in plan.RETRIEVAL_MULTIPLES]
+      points = [(m, r["accuracy"]) for m, r in points if r and r.get("accuracy") is not None]
+      if points:
+        ax.plot(*zip(*points), "o-", lw=1.2, ms=3, label=rec["label"])
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(plan.RETRIEVAL_MULTIPLES, [f"{m}x" for m in plan.RETRIEVAL_MULTIPLES])
+    ax.set_title(f"{architecture}: {task}, exact match over all depths")
+    ax.set_xlabel("length / training length")
+    ax.grid(alpha=0.3)
+  axes[0].set_ylabel("exact match")
+  axes[-1].legend(fontsize=7, loc="best")
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return True
+
+
+def write_plots(records, output) -> None:
+  """retrieval_<architecture>.png in `output` for each architecture with retrieval records."""
+  for architecture in ("gau", "transformer"):
+    plot_by_length(records, architecture, output / f"retrieval_{architecture}.png")
+
+
+def retrieval_sections(records, heading="##", link_prefix="") -> list[str]:
+  """The retrieval study's part of a page (FIELD.md or RESULTS.md); link_prefix is the folder of
+  the plots (write_plots) as the page sees it."""
+  if not with_retrieval(records):
+    return []
+  parts = [f"{heading} Retrieval beyond the training length\n",
+           "Exact match (%) over 10 depths x "
+           f"{'/'.join(str(v) for v in plan.RETRIEVAL_PROMPTS.values())} prompts (tiny/cpu) per "
+           "task and length: passkey (all 5 digits right; chance 0.001%), MQAR (each queried "
+           "value; chance 10%). Runs trained with "
+           f"{round(100 * plan.RETRIEVAL_FRACTION)}% retrieval episodes "
+           f"({', '.join(plan.RETRIEVAL_TASKS)}). Inference: none.\n"]
+  for architecture in ("gau", "transformer"):
+    if not with_retrieval(records, architecture, seed=0):
+      continue
+    png = f"retrieval_{architecture}.png"
+    parts += [f"\n{heading}# {architecture}: by length (seed 0)\n",
+              by_length_table(records, architecture),
+              f"\n{heading}# {architecture}: inference-time options\n",
+              options_table(records, architecture),
+              f"\n![{architecture}: retrieval by length]({link_prefix}{png})\n"]
+  parts += [f"\n{heading}# Retrieval: seed-to-seed spread (mean ± standard deviation)\n",
+            seed_table(records)]
+  return parts
