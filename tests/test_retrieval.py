@@ -92,21 +92,31 @@ def test_prompts_deterministic_needle_moves_and_never_within_the_last_64_tokens(
   other_length, _ = retrieval.retrieval_prompts(held_out, task_name, length=600, count=3)
   assert not np.array_equal(other_length[..., -20:], windows[0, :, -20:])  # other keys per length
   made = retrieval.task(task_name).make
-  needles = [made(retrieval.prompts._key_rng(task_name, 512, n)).needle for n in range(3)]
-  for n, needle in enumerate(needles):
-    starts = []
+  for n in range(3):
+    starts, kept = [], []
     for d in range(len(depths)):
       window, group = windows[d, n], groups[d, n]
+      needle = made(retrieval.prompts.key_rng(task_name, 512, n, d)).needle
       found = np.flatnonzero(
           (np.lib.stride_tricks.sliding_window_view(window, len(needle)) == needle).all(axis=1))
       assert len(found) == 1  # the needle, once
       start, first_scored = found[0], np.flatnonzero(group >= 0)[0]
       # The needle ends more than EVAL_MIN_GAP tokens before the first answer token.
       assert first_scored - (start + len(needle)) >= retrieval.EVAL_MIN_GAP
+      filler = np.ones(513, bool)  # neither needle nor tail
+      filler[start:start + len(needle)] = False
+      filler[513 - len(made(retrieval.prompts.key_rng(task_name, 512, n, d)).tail):] = False
       starts.append(start)
+      kept.append(filler)
+    # Only the needle moves: the filler is prompt n's at every depth.
+    for d in range(1, len(depths)):
+      both = kept[0] & kept[d]
+      assert np.array_equal(windows[0, n][both], windows[d, n][both])
     assert starts[0] == 0 and starts == sorted(starts) and len(set(starts)) == len(depths)
-  # Other prompts hold other keys (and other filler).
-  assert len({bytes(n.astype(np.uint8)) for n in needles}) == 3
+  # Every prompt holds its own key.
+  keys = {bytes(windows[d, n][groups[d, n] >= 0].astype(np.uint8)) for d in range(10)
+          for n in range(3)}
+  assert len(keys) >= 28
 
 
 @pytest.mark.parametrize("task_name", sorted(retrieval.TASKS))

@@ -1,9 +1,10 @@
 """The evaluation prompts of a retrieval task at one length: deterministic, the same for every model.
 
 Prompt n (of `count`) takes its filler from the held-out text at the n-th of `count` evenly spaced
-offsets (windows may overlap when the text is short) and its key from a generator seeded by the task,
-the length and n; at every depth the same filler and key are used, only the needle moves (as in the
-needle-in-a-haystack heat map). The needle ends at least EVAL_MIN_GAP tokens before the question, so a
+offsets (windows may overlap when the text is short), the same at every depth, and its key from a
+generator seeded by the task, the length, n and the depth's index: every prompt of a length has its
+own key, so the D x count prompts are that many independent draws of the key (with one key per n
+shared by the depths, a key the model happens to get wrong fails at every depth at once). The needle ends at least EVAL_MIN_GAP tokens before the question, so a
 model that sees only the last EVAL_MIN_GAP tokens cannot retrieve (tests/test_retrieval.py).
 """
 
@@ -20,14 +21,15 @@ DEFAULT_DEPTHS = tuple(float(d) for d in np.linspace(0.0, 1.0, 10))
 EVAL_MIN_GAP = 64
 
 
-def _key_rng(task_name: str, length: int, index: int) -> np.random.Generator:
-  return np.random.default_rng([zlib.crc32(task_name.encode()), length, index])
+def key_rng(task_name: str, length: int, index: int, depth_index: int) -> np.random.Generator:
+  """The generator of the key of prompt `index` at the depth `depth_index`."""
+  return np.random.default_rng([zlib.crc32(task_name.encode()), length, index, depth_index])
 
 
 def check_prompt_lengths(task_names, lengths) -> None:
   """RetrievalError, before any work, for a length too short for a task's evaluation prompt."""
   for name in task_names:
-    needed = min_length(task(name).make(_key_rng(name, 0, 0)), EVAL_MIN_GAP)
+    needed = min_length(task(name).make(key_rng(name, 0, 0, 0)), EVAL_MIN_GAP)
     short = sorted(n for n in lengths if n < needed)
     if short:
       raise RetrievalError(f"Length {short[0]} is shorter than a {name} prompt needs: at least "
@@ -45,11 +47,11 @@ def retrieval_prompts(tokens, task_name: str, *, length: int, depths=DEFAULT_DEP
                     f"{length}; evaluate at most at length {len(tokens) - 1}.")
   starts = np.linspace(0, len(tokens) - length - 1, count).round().astype(np.int64)
   made = task(task_name).make
-  episodes = [made(_key_rng(task_name, length, n)) for n in range(count)]
   windows = np.zeros([len(depths), count, length + 1], np.int32)
   groups = np.zeros_like(windows)
   for d, depth in enumerate(depths):
-    for n, (start, episode) in enumerate(zip(starts, episodes)):
+    for n, start in enumerate(starts):
+      episode = made(key_rng(task_name, length, n, d))
       windows[d, n], groups[d, n] = place(tokens[start:start + length + 1], episode, depth,
                                           EVAL_MIN_GAP)
   return windows, groups
