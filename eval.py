@@ -45,7 +45,8 @@ _OUTPUT = flags.DEFINE_string("output", None, "Results folder; default <workdir>
 _TASKS = flags.DEFINE_list(
     "tasks", ["next_token"], "What to evaluate: next_token (next-token accuracy on the repeated and "
     "non-repeated sets) and the retrieval tasks passkey (a 5-digit key at a depth, asked at the "
-    "end) and mqar (16 letter-digit pairs at a depth, all queried at the end), comma-separated.")
+    "end), passkey_letters (the same with 5 lowercase letters) and mqar (16 letter-digit pairs at "
+    "a depth, all queried at the end), comma-separated.")
 _DEPTHS = flags.DEFINE_list("depths", None, "Retrieval: needle depths as fractions of the context "
                             "from its start (0) to its end (1); default 10 from 0 to 1.")
 _NUM_PROMPTS = flags.DEFINE_integer("num_prompts", 4, "Retrieval: prompts per task, length and "

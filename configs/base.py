@@ -82,5 +82,6 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   c.data.retrieval_fraction = 0.0  # share of the training windows that are not copies given a
                                    # retrieval episode (needle at a uniform depth, question and
                                    # answer at the end); 0 = none
-  c.data.retrieval_tasks = "passkey,mqar"  # the tasks drawn from (keynorm_jax/data/retrieval/)
+  c.data.retrieval_tasks = "passkey_letters,passkey,mqar"  # the tasks drawn from
+                                   # (keynorm_jax/data/retrieval/; RESULTS.md, "Retrieval")
   return c

@@ -25,7 +25,7 @@ def study_config(entry: plan.StudyRun, scale: str, data_dir: str = ""):
   config.data.retrieval_fraction = entry.retrieval_fraction
   if entry.retrieval_fraction:
     config.update(plan.SCALES[scale].get("retrieval_train", {}))
-  config.data.retrieval_tasks = ",".join(plan.RETRIEVAL_TASKS)
+    config.data.retrieval_tasks = ",".join(plan.RETRIEVAL_TASKS)
   config.data.data_dir = data_dir
   return run_config.resolve(config)
 
