@@ -72,7 +72,7 @@ def plot_heat_map(records, path, *, title: str) -> None:
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("needle depth (0 = start)")
     trained = found[0]["train_length"]
-    ax.set_title(f"{task_name}: exact match %, chance {100 * found[0]['chance']:g}%\n"
+    ax.set_title(f"{task_name}: exact match %, chance {100 * found[0]['chance']:.2g}%\n"
                  f"(trained at {trained})", fontsize=9)
   fig.suptitle(title, fontsize=10)
   fig.tight_layout()

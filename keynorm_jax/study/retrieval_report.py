@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from keynorm_jax.evaluation.retrieval_report import plot_heat_map  # pylint: disable=wrong-import-position
 from keynorm_jax.study import plan  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 def with_retrieval(records, architecture=None, seed=None):
@@ -105,21 +106,31 @@ def plot_by_length(records, architecture, path) -> bool:
         ax.plot(*zip(*points), "o-", lw=1.2, ms=3, label=rec["label"])
     ax.set_xscale("log", base=2)
     ax.set_xticks(plan.RETRIEVAL_MULTIPLES, [f"{m}x" for m in plan.RETRIEVAL_MULTIPLES])
-    ax.set_title(f"{architecture}: {task}, exact match over all depths")
+    ax.set_title(f"{task}: exact match over all depths", fontsize=10)
     ax.set_xlabel("length / training length")
     ax.grid(alpha=0.3)
   axes[0].set_ylabel("exact match")
   axes[-1].legend(fontsize=7, loc="best")
+  fig.suptitle(f"{architecture}: retrieval by length, no inference-time method", fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
   return True
 
 
+def heat_map_path(record, output):
+  return output / "needle" / f"{record['key']}.png"
+
+
 def write_plots(records, output) -> None:
-  """retrieval_<architecture>.png in `output` for each architecture with retrieval records."""
+  """retrieval_<architecture>.png in `output` for each architecture with retrieval records, and
+  needle/<run key>.png: each seed-0 run's heat map (depth x length, no inference-time method)."""
   for architecture in ("gau", "transformer"):
     plot_by_length(records, architecture, output / f"retrieval_{architecture}.png")
+  for rec in with_retrieval(records, seed=0):
+    heat_map_path(rec, output).parent.mkdir(exist_ok=True)
+    plot_heat_map([r for r in rec["retrieval"] if r["rope_scaling"] == "none"],
+                  heat_map_path(rec, output), title=f"{rec['label']}, no inference-time method")
 
 
 def retrieval_sections(records, heading="##", link_prefix="") -> list[str]:
@@ -128,12 +139,15 @@ def retrieval_sections(records, heading="##", link_prefix="") -> list[str]:
   if not with_retrieval(records):
     return []
   parts = [f"{heading} Retrieval beyond the training length\n",
-           "Exact match (%) over 10 depths x "
-           f"{'/'.join(str(v) for v in plan.RETRIEVAL_PROMPTS.values())} prompts (tiny/cpu) per "
-           "task and length: passkey (all 5 digits right; chance 0.001%), MQAR (each queried "
-           "value; chance 10%). Runs trained with "
-           f"{round(100 * plan.RETRIEVAL_FRACTION)}% retrieval episodes "
-           f"({', '.join(plan.RETRIEVAL_TASKS)}). Inference: none.\n"]
+           "Exact match (%) over 10 depths x the scale's prompts per depth "
+           f"({', '.join(f'{k}: {v}' for k, v in plan.RETRIEVAL_PROMPTS.items())}), each prompt "
+           "with its own key: passkey_letters (all 5 letters right), passkey (all 5 digits), MQAR "
+           "(each queried value; chance 10%). Runs trained "
+           f"{plan.SCALES['cpu']['retrieval_train']['num_train_steps']} steps (cpu) with "
+           f"{round(100 * plan.RETRIEVAL_COPY_FRACTION)}% synthetic copy windows and "
+           f"{round(100 * plan.RETRIEVAL_FRACTION)}% of the others retrieval episodes "
+           f"({', '.join(plan.RETRIEVAL_TASKS)}). Each seed-0 run's heat map (depth x length): "
+           f"`{link_prefix}needle/<run key>.png`.\n"]
   for architecture in ("gau", "transformer"):
     if not with_retrieval(records, architecture, seed=0):
       continue
