@@ -82,6 +82,24 @@ def applicable_columns(model_cfg, columns):
   return kept, skipped
 
 
+def evaluation_plan(run, lengths, columns, include_train_length, progress):
+  """(model config, the columns that apply, the sorted lengths to evaluate, the length past which
+  the model's positions are not defined or None). ValueError for a length below the training
+  length; each skipped column is told to `progress`."""
+  train_length = run.config.train_length
+  for length in lengths:
+    if length < train_length:
+      raise ValueError(f"Length {length} is shorter than {run.name}'s training length "
+                       f"{train_length}; evaluate at lengths >= {train_length}.")
+  model_cfg = run_config.model_config(run.config)
+  columns, skipped = applicable_columns(model_cfg, columns)
+  for label, reason in skipped.items():
+    if progress:
+      progress(f"{run.name}: {label} skipped ({reason})")
+  lengths = sorted({*lengths, *([train_length] if include_train_length else [])})
+  return model_cfg, columns, lengths, model_cfg.position_method.max_length(train_length)
+
+
 def _record(run, length, eval_set, column, period, **fields):
   config = run.config
   run_period = (period or config.train_length) if eval_set == "repeated" else None
@@ -105,19 +123,11 @@ def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, bat
   """
   config = run.config
   train_length = config.train_length
-  for length in lengths:
-    if length < train_length:
-      raise ValueError(f"Length {length} is shorter than {run.name}'s training length "
-                       f"{train_length}; evaluate at lengths >= {train_length}.")
+  model_cfg, columns, lengths, limit = evaluation_plan(run, lengths, columns,
+                                                       include_train_length, progress)
   tokens = held_out_tokens(config) if tokens is None else tokens
-  model_cfg = run_config.model_config(config)
-  columns, skipped = applicable_columns(model_cfg, columns)
-  for label, reason in skipped.items():
-    if progress:
-      progress(f"{run.name}: {label} skipped ({reason})")
-  limit = model_cfg.position_method.max_length(train_length)
   records = []
-  for length in sorted({*lengths, *([train_length] if include_train_length else [])}):
+  for length in lengths:
     if limit is not None and length > limit:
       reason = f"{config.model.position} positions stop at {limit} tokens"
       records += [_record(run, length, s, c.at(length, train_length), repeat_period,

@@ -14,7 +14,7 @@ import numpy as np
 from keynorm_jax import run_config
 from keynorm_jax.data.retrieval import (DEFAULT_DEPTHS, RetrievalError, check_prompt_lengths,
                                         retrieval_prompts, task)
-from keynorm_jax.evaluation.evaluate import applicable_columns, auto_batch_size, held_out_tokens
+from keynorm_jax.evaluation.evaluate import auto_batch_size, evaluation_plan, held_out_tokens
 from keynorm_jax.evaluation.scoring import make_scorer, score_windows
 
 NEXT_TOKEN = "next_token"  # the --tasks name of the next-token evaluation (evaluate.py)
@@ -77,21 +77,12 @@ def evaluate_retrieval(run, *, tasks, lengths, columns, num_prompts: int, depths
   depths = check_depths(depths)
   config = run.config
   train_length = config.train_length
-  for length in lengths:
-    if length < train_length:
-      raise ValueError(f"Length {length} is shorter than {run.name}'s training length "
-                       f"{train_length}; evaluate at lengths >= {train_length}.")
-  all_lengths = sorted({*lengths, *([train_length] if include_train_length else [])})
-  check_prompt_lengths(tasks, all_lengths)
+  model_cfg, columns, lengths, limit = evaluation_plan(run, lengths, columns,
+                                                       include_train_length, progress)
+  check_prompt_lengths(tasks, lengths)
   tokens = held_out_tokens(config) if tokens is None else tokens
-  model_cfg = run_config.model_config(config)
-  columns, skipped = applicable_columns(model_cfg, columns)
-  for label, reason in skipped.items():
-    if progress:
-      progress(f"{run.name}: {label} skipped for retrieval ({reason})")
-  limit = model_cfg.position_method.max_length(train_length)
   records = []
-  for length in all_lengths:
+  for length in lengths:
     if limit is not None and length > limit:
       reason = f"{config.model.position} positions stop at {limit} tokens"
       records += [_record(run, t, length, c.at(length, train_length), depths, accuracy=None,
