@@ -4,6 +4,7 @@ the training mixture, the scorer against hand-worked cases, and eval.py --tasks 
 import csv
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -229,7 +230,7 @@ def test_eval_tasks_equal_direct_computation_and_write_heat_maps(tiny_run, held_
       tasks=["passkey", "mqar"], depths=depths, num_prompts=2, output=tmp_path, echo=QUIET)
   assert not failures
   run = load_run(tiny_run)
-  model = run_config.build_model(run.config)
+  apply = jax.jit(run_config.build_model(run.config).apply)
   assert {(r["task"], r["length"], r["rope_scaling"]) for r in records} == {
       (t, n, m) for t in ("passkey", "mqar") for n in (192, 256) for m in ("none", "window")}
   for r in (r for r in records if r["rope_scaling"] == "none"):
@@ -237,7 +238,7 @@ def test_eval_tasks_equal_direct_computation_and_write_heat_maps(tiny_run, held_
                                                   depths=depths, count=2)
     by_depth = []
     for d in range(len(depths)):
-      logits = np.asarray(model.apply({"params": run.params}, windows[d, :, :-1]))
+      logits = np.asarray(apply({"params": run.params}, windows[d, :, :-1]))
       right = logits.argmax(-1) == windows[d, :, 1:]
       exact = [np.mean([right[n][groups[d, n, 1:] == a].all()
                         for a in np.unique(groups[d, n][groups[d, n] >= 0])]) for n in range(2)]
