@@ -13,10 +13,9 @@ import sys
 import traceback
 
 import ml_collections
-import numpy as np
 
 from keynorm_jax import positions
-from keynorm_jax.data.retrieval import check_tasks, min_length, task
+from keynorm_jax.data.retrieval import check_tasks, task
 from keynorm_jax.data.tokenizer import VOCAB_SIZE
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.models import ModelConfig, build_model as _build_model
@@ -181,7 +180,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int) -> None:
                       f"got {config.data.retrieval_fraction}.")
   if config.data.retrieval_fraction:
     names = check_tasks(config.data.retrieval_tasks.split(","), "data.retrieval_tasks")
-    needed = max(min_length(task(t).make(np.random.default_rng(0)), 0) for t in names)
+    needed = max(task(t).min_length(0) for t in names)
     if config.train_length < needed:
       raise ConfigError(f"data.retrieval_fraction needs train_length >= {needed} (the longest "
                         f"retrieval episode of {config.data.retrieval_tasks}); got "

@@ -14,7 +14,7 @@ import numpy as np
 
 from keynorm_jax.data.corpora import DataError
 from keynorm_jax.data.retrieval.episode import RetrievalError
-from keynorm_jax.data.retrieval.placement import min_length, place
+from keynorm_jax.data.retrieval.placement import place
 from keynorm_jax.data.retrieval.tasks import task
 
 DEFAULT_DEPTHS = tuple(float(d) for d in np.linspace(0.0, 1.0, 10))
@@ -29,7 +29,7 @@ def key_rng(task_name: str, length: int, index: int, depth_index: int) -> np.ran
 def check_prompt_lengths(task_names, lengths) -> None:
   """RetrievalError, before any work, for a length too short for a task's evaluation prompt."""
   for name in task_names:
-    needed = min_length(task(name).make(key_rng(name, 0, 0, 0)), EVAL_MIN_GAP)
+    needed = task(name).min_length(EVAL_MIN_GAP)
     short = sorted(n for n in lengths if n < needed)
     if short:
       raise RetrievalError(f"Length {short[0]} is shorter than a {name} prompt needs: at least "

@@ -7,6 +7,7 @@ from typing import Callable
 
 import numpy as np
 
+from keynorm_jax.data.retrieval import placement
 from keynorm_jax.data.retrieval.episode import Episode, RetrievalError
 from keynorm_jax.data.retrieval.mqar import mqar_episode
 from keynorm_jax.data.retrieval.passkey import passkey_episode
@@ -18,6 +19,11 @@ class Task:
   make: Callable[[np.random.Generator], Episode]
   chance: float   # the exact-match accuracy of a uniform guess per answer
   summary: str
+
+  def min_length(self, min_gap: int) -> int:
+    """The shortest window (inputs) an episode fits with `min_gap` filler tokens before its tail
+    (every episode of a task has the same length)."""
+    return placement.min_length(self.make(np.random.default_rng(0)), min_gap)
 
 
 TASKS = {
