@@ -15,6 +15,7 @@ import sys
 from absl import app, flags, logging
 
 from keynorm_jax.data.retrieval import DEFAULT_DEPTHS
+from keynorm_jax.errors import ConfigError, KeynormError
 from keynorm_jax.evaluation.command import (check_eval_options, check_tasks, evaluate_workdir,
                                             make_columns)
 from keynorm_jax.positions import INFERENCE_METHODS
@@ -51,15 +52,25 @@ _DEPTHS = flags.DEFINE_list("depths", None, "Retrieval: needle depths as fractio
                             "from its start (0) to its end (1); default 10 from 0 to 1.")
 _NUM_PROMPTS = flags.DEFINE_integer("num_prompts", 4, "Retrieval: prompts per task, length and "
                                     "depth (the same prompts for every model).")
+_TRUST_UNVERIFIED = flags.DEFINE_bool(
+    "trust_unverified_checkpoints", False, "Also evaluate a checkpoint whose checksum manifest is "
+    "missing, empty or unreadable (by default it is skipped like a corrupt one).")
 _DIAGNOSTICS = flags.DEFINE_bool("diagnostics", False, "Also record key-norm spread and "
                                  "attention entropy per layer.")
 
 
-def _numbers(flag: str, values, kind):
+def _numbers(flag, kind, default):
+  """The comma-separated numbers of a list flag, or `default` when it is not given; ConfigError for
+  one that is given empty or with a word that is not a number."""
+  if flag.value is None:
+    return default
+  if not flag.value:
+    raise ConfigError(f"--{flag.name} is empty; give comma-separated numbers or leave it unset.")
   try:
-    return [kind(v) for v in values]
+    return [kind(v) for v in flag.value]
   except ValueError:
-    raise ValueError(f"{flag} takes comma-separated numbers, got {','.join(values)!r}.") from None
+    raise ConfigError(f"--{flag.name} takes comma-separated numbers, got "
+                      f"{','.join(flag.value)!r}.") from None
 
 
 def main(argv):
@@ -69,9 +80,11 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
   try:
     check_eval_options(factor=_KNOBS["factor"].value, batch_size=_BATCH_SIZE.value,
-                       num_prompts=_NUM_PROMPTS.value)
-    lengths = _numbers("--lengths", _LENGTHS.value, int) if _LENGTHS.value else [_LENGTH.value]
-    depths = _numbers("--depths", _DEPTHS.value, float) if _DEPTHS.value else DEFAULT_DEPTHS
+                       num_prompts=_NUM_PROMPTS.value, num_windows=_NUM_WINDOWS.value,
+                       repeat_period=_REPEAT_PERIOD.value, workdir=_WORKDIR.value,
+                       output=_OUTPUT.value)
+    lengths = _numbers(_LENGTHS, int, [_LENGTH.value])
+    depths = _numbers(_DEPTHS, float, DEFAULT_DEPTHS)
     tasks = check_tasks(_TASKS.value)
     columns = make_columns(_METHODS.value, posthoc_logn=_POSTHOC_LOGN.value,
                            **{name: flag.value for name, flag in _KNOBS.items()})
@@ -82,8 +95,8 @@ def main(argv):
         _WORKDIR.value, lengths=lengths, columns=columns, num_windows=_NUM_WINDOWS.value,
         batch_size=_BATCH_SIZE.value, output=_OUTPUT.value, diagnostics=_DIAGNOSTICS.value,
         repeat_period=_REPEAT_PERIOD.value, tasks=tasks, depths=depths,
-        num_prompts=_NUM_PROMPTS.value)
-  except (ValueError, RuntimeError) as e:
+        num_prompts=_NUM_PROMPTS.value, trust_unverified=_TRUST_UNVERIFIED.value)
+  except (KeynormError, ValueError, RuntimeError) as e:  # no runs, output folder, output files
     sys.exit(f"error: {e}")
   if failures or not records:
     sys.exit(1)

@@ -8,6 +8,8 @@ baseline_alibi) or a path to a config file; --config.key=value overrides any fie
 (recorded in <workdir>/config_history.jsonl), e.g. after a NaN stop.
 Launched as one process of several (Cloud TPU pods, SLURM, or JAX_COORDINATOR_ADDRESS /
 JAX_NUM_PROCESSES / JAX_PROCESS_ID set), pass --multihost to join JAX's multi-host runtime.
+SIGTERM or Ctrl-C saves a checkpoint at the step in flight and exits with code 75 (preempted: run
+the same command again to resume); a second signal stops at once.
 """
 
 from keynorm_jax import host_memory  # first of all: see host_memory
@@ -15,20 +17,23 @@ from keynorm_jax import host_memory  # first of all: see host_memory
 host_memory.keep_freed_memory()
 
 # pylint: disable=wrong-import-position
-import errno
 import logging as python_logging
 import sys
-import threading
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from keynorm_jax import run_config
+from keynorm_jax.errors import KeynormError
+from keynorm_jax.training.preemption import Preempted
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config name or file.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default runs/<config name>).")
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first.")
+_TRUST_UNVERIFIED = flags.DEFINE_bool(
+    "trust_unverified_checkpoints", False, "Restore a checkpoint whose checksum manifest is "
+    "missing, empty or unreadable (by default it is set aside like a corrupt one).")
 _ALLOW_CHANGE = flags.DEFINE_list(
     "allow_config_change", [], "Optimizer settings that may differ from the checkpoint's when "
     "resuming, e.g. learning_rate,warmup_steps (also num_train_steps, end_learning_rate_ratio, "
@@ -42,21 +47,14 @@ class _NoOrbaxTracebacks(python_logging.Filter):
     return not (record.exc_info and "/orbax/" in record.pathname)
 
 
-def _quiet_full_disk_in_threads(default_hook):
-  """A background writer (TensorBoard's) that dies of a full disk prints no traceback: the run
-  meets the same full disk on its next write and reports it in one line."""
-
-  def hook(args):
-    if not (isinstance(args.exc_value, OSError) and args.exc_value.errno == errno.ENOSPC):
-      default_hook(args)
-
-  return hook
-
-
 def expand_config_name(argv):
   """Rewrites `--config=NAME` (or `--config NAME`) to the path of configs/NAME.py and checks
   that every `--config.KEY=...` override names a field of that config."""
   argv, name = list(argv), None
+  given = [a for a in argv[1:] if a == "--config" or a.startswith("--config=")]
+  if len(given) > 1:
+    raise run_config.ConfigError(f"--config is given {len(given)} times ({', '.join(given)}); "
+                                 f"give it once and change fields with --config.KEY=VALUE.")
   for i, arg in enumerate(argv):
     if arg.startswith("--config="):
       name = arg.split("=", 1)[1]
@@ -77,7 +75,6 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
   logging.get_absl_handler().addFilter(_NoOrbaxTracebacks())
-  threading.excepthook = _quiet_full_disk_in_threads(threading.excepthook)
   if _MULTIHOST.value:
     from keynorm_jax.training import sharding  # pylint: disable=g-import-not-at-top
     sharding.maybe_initialize_distributed()
@@ -86,9 +83,13 @@ def main(argv):
   config = _CONFIG.value
   try:
     train_and_evaluate(config, _WORKDIR.value or f"runs/{config.name}",
-                       allow_config_change=_ALLOW_CHANGE.value)
-  except (ValueError, RuntimeError, FloatingPointError) as e:  # config, data, checkpoint, NaN,
-    sys.exit(f"error: {type(e).__name__}: {e}")                 # disk, lock
+                       allow_config_change=_ALLOW_CHANGE.value,
+                       trust_unverified=_TRUST_UNVERIFIED.value)
+  except Preempted as e:
+    print(e, file=sys.stderr, flush=True)
+    sys.exit(e.exit_code)
+  except (KeynormError, ValueError, RuntimeError, FloatingPointError) as e:  # config, data,
+    sys.exit(f"error: {type(e).__name__}: {e}")                  # checkpoint, NaN, disk, lock
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import traceback
 
 import ml_collections
 
-from keynorm_jax import positions
+from keynorm_jax import config_fields, positions
 from keynorm_jax.data.retrieval import check_tasks, task
 from keynorm_jax.data.tokenizer import VOCAB_SIZE
 from keynorm_jax.errors import ConfigError
@@ -109,7 +109,7 @@ def load_config(name_or_path: str) -> ml_collections.ConfigDict:
     if not callable(getattr(module, "get_config", None)):
       raise ConfigError(f"{path} defines no get_config(); a config file must define "
                         f"get_config() returning an ml_collections.ConfigDict.")
-    return module.get_config(argument) if argument else module.get_config()
+    config = module.get_config(argument) if argument else module.get_config()
   except SyntaxError as e:
     raise ConfigError(f"{e.filename}:{e.lineno}: syntax error in config file: {e.msg}.") from None
   except Exception as e:  # pylint: disable=broad-except  # any error raised by the file's code
@@ -118,6 +118,10 @@ def load_config(name_or_path: str) -> ml_collections.ConfigDict:
     frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
     where = f"{path}:{frames[-1].lineno}" if frames else str(path)
     raise ConfigError(f"{where}: loading the config failed: {type(e).__name__}: {e}") from None
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise ConfigError(f"{path}: get_config() returned a {type(config).__name__}, not an "
+                      f"ml_collections.ConfigDict; wrap it: return ml_collections.ConfigDict(...).")
+  return config
 
 
 def flat_keys(config) -> list[str]:
@@ -166,18 +170,13 @@ def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int) -> None:
-  """Raises ConfigError for a resolved config that cannot train on `num_devices` devices."""
-  model_config(config)  # every model field is checked there, once
-  for key in ("train_length", "batch_size", "num_train_steps", "checkpoint_every_steps",
-              "log_every_steps", "eval_windows"):
-    if config[key] < 1:
-      raise ConfigError(f"{key} must be at least 1, got {config[key]}.")
-  if not 0.0 <= config.data.copy_fraction <= 1.0:
-    raise ConfigError(f"data.copy_fraction is a share of the training windows, from 0 to 1; got "
-                      f"{config.data.copy_fraction}.")
-  if not 0.0 <= config.data.retrieval_fraction <= 1.0:
-    raise ConfigError(f"data.retrieval_fraction is a share of the training windows, from 0 to 1; "
-                      f"got {config.data.retrieval_fraction}.")
+  """Raises ConfigError for a resolved config that cannot train on `num_devices` devices: the rules
+  between fields, after each field's own type and range (config_fields.py)."""
+  config_fields.check(config)
+  model_config(config)
+  if config.data.dataset == "text_folder" and not config.data.text_folder:
+    raise ConfigError("data.dataset=text_folder reads the .txt files of data.text_folder, which "
+                      "is not set: add --config.data.text_folder=DIR.")
   if config.data.retrieval_fraction:
     names = check_tasks(config.data.retrieval_tasks.split(","), "data.retrieval_tasks")
     needed = max(task(t).min_length(0) for t in names)
@@ -185,8 +184,6 @@ def validate(config: ml_collections.ConfigDict, num_devices: int) -> None:
       raise ConfigError(f"data.retrieval_fraction needs train_length >= {needed} (the longest "
                         f"retrieval episode of {config.data.retrieval_tasks}); got "
                         f"{config.train_length}.")
-  if config.learning_rate <= 0:
-    raise ConfigError(f"learning_rate must be positive, got {config.learning_rate}.")
   if config.batch_size % num_devices:
     raise ConfigError(
         f"batch_size {config.batch_size} is not divisible by the {num_devices} devices; use a "

@@ -199,7 +199,7 @@ def test_training_mixture_share_determinism_and_text_unchanged_without_it(data_d
 
 
 def test_config_refuses_bad_retrieval_settings():
-  for changes, message in [(dict(retrieval_fraction=1.5), "retrieval_fraction is a share"),
+  for changes, message in [(dict(retrieval_fraction=1.5), "retrieval_fraction=1.5 is not allowed"),
                            (dict(retrieval_fraction=0.5, retrieval_tasks="passkey,nope"),
                             "data.retrieval_tasks: unknown task 'nope'"),
                            (dict(retrieval_fraction=0.5, retrieval_tasks=""), "names no task")]:

@@ -94,7 +94,7 @@ def test_corrupt_or_incomplete_latest_checkpoint_falls_back(tmp_path, data_dir, 
   incomplete.mkdir()
   (incomplete / "junk").write_bytes(b"partial")
   training.train_and_evaluate(config, workdir)
-  assert "checkpoint 6 is corrupt" in capsys.readouterr().out
+  assert "checkpoint 6 is unusable" in capsys.readouterr().out
   assert list((workdir / "corrupt_checkpoints").iterdir())          # kept aside, not deleted
   assert losses(workdir) == losses(straight_run)
 
@@ -113,8 +113,9 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_dir, m
 
 
 def test_bfloat16_compute_trains(tmp_path, data_dir):
-  training.train_and_evaluate(tiny_config(data_dir=data_dir, compute_dtype="bfloat16",
-                                          num_train_steps=3), tmp_path)
+  config = tiny_config(data_dir=data_dir, num_train_steps=3)
+  config.model.compute_dtype = "bfloat16"  # (it was set at the top level before: a no-op field)
+  training.train_and_evaluate(config, tmp_path)
   logged = [l for _, l in losses(tmp_path)]
   assert len(logged) == 3 and all(np.isfinite(logged))
 
@@ -147,12 +148,14 @@ def test_cli_trains_with_bare_config_name_and_default_workdir(tmp_path, data_dir
 
 @pytest.mark.parametrize("args, message", [
     (["--config=kna_alibi", "--config.model.position_options.slopes=1"], "slopes"),
-    (["--config=kna_alibi", "--config.model.position=rotary"], "Unknown position 'rotary'"),
+    (["--config=kna_alibi", "--config.model.position=rotary"], "model.position must be one of nope, rope,"),
     (["--config=kna_ropez"], "No config 'kna_ropez'. Did you mean kna_rope"),
     (["--config=kna_rope", "--config.no_such_key=1"], "no_such_key"),
     (["--config=kna_rope", "--config.batch_size=eight"], "batch_size"),
     (["--config=kna_rope", "--config.model_size=huge"], "Unknown model_size 'huge'"),
-    (["--config=kna_rope", "--config.data.copy_fraction=1.5"], "copy_fraction is a share"),
+    (["--config=kna_rope", "--config.data.copy_fraction=1.5"],
+     "data.copy_fraction (the share of training windows made synthetic copies) must be"),
+    (["--config=kna_rope", "--config=kna_alibi"], "--config is given 2 times"),
     (["--config=baseline_hwfa", "--config.model.scan_layers=true"], "scan_layers=False"),
 ])
 def test_cli_bad_configs_fail_clearly(tmp_path, args, message):

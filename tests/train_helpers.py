@@ -16,6 +16,7 @@ def tiny_config(name="kna_rope", data_dir="", **overrides):
   config.log_every_steps = 1
   config.eval_windows = 4
   config.data.data_dir = data_dir
+  run_config.check_override_keys(config, overrides)  # a misspelt key must not pass unnoticed
   config.update(overrides)
   return config
 

@@ -11,6 +11,7 @@ import concurrent.futures
 import contextlib
 import fcntl
 import inspect
+import os
 import pathlib
 import socket
 import urllib.parse
@@ -18,6 +19,7 @@ import urllib.parse
 import tensorflow_datasets as tfds
 
 from keynorm_jax.data import kjv_dataset
+from keynorm_jax.errors import KeynormError
 
 SPLITS = ("train", "validation", "test")
 # Tried, besides the hosts in a TFDS dataset's own URL list, before waiting on its download.
@@ -27,7 +29,7 @@ _TFDS_DOWNLOAD_AND_PREPARE = inspect.getattr_static(tfds.core.DatasetBuilder,
 NETWORK_TIMEOUT_SECONDS = 3.0
 
 
-class DataError(ValueError):
+class DataError(KeynormError, ValueError):
   """A data source that cannot be read; the message says what to do."""
 
 
@@ -181,10 +183,24 @@ def _folder_splits(files):
           "test": files[n - held:]}
 
 
+def _read_document(path: pathlib.Path) -> str:
+  """One .txt file's text; DataError naming the file (a dangling link, permissions, a folder)."""
+  try:
+    raw = path.read_bytes()
+  except OSError as e:
+    if path.is_symlink() and not path.exists():
+      raise DataError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist; "
+                      f"fix the link or remove it from the text folder.") from None
+    raise DataError(f"Cannot read {path} ({e.strerror or type(e).__name__}); make it a readable "
+                    f"text file or remove it from the text folder.") from None
+  return _decode(raw, str(path))
+
+
 def folder_documents(folder, split: str):
   folder = pathlib.Path(folder)
   if not folder.is_dir():
-    raise DataError(f"Text folder {str(folder)!r} does not exist; set --config.data.text_folder "
+    problem = "is not a folder" if folder.exists() else "does not exist"
+    raise DataError(f"Text folder {str(folder)!r} {problem}; set --config.data.text_folder "
                     f"to a folder of .txt files (one document per file).")
   if all((folder / s).is_dir() for s in SPLITS):
     files = sorted((folder / split).glob("*.txt"))
@@ -196,7 +212,20 @@ def folder_documents(folder, split: str):
       raise DataError(f"Text folder {str(folder)!r} holds no .txt files; put one document per "
                       f".txt file there.")
     files = _folder_splits(files)[split]
-  return [_decode(f.read_bytes(), str(f)) for f in files]
+  return [_read_document(f) for f in files]
+
+
+def check_data_dir(data_dir, flag: str = "--config.data.data_dir") -> None:
+  """DataError (naming `flag`) if `data_dir` is set and is, or lies under, something that is not
+  a folder: TFDS keeps its prepared datasets in it."""
+  if not data_dir:
+    return
+  path = pathlib.Path(data_dir)
+  existing = next((p for p in (path, *path.parents) if p.exists()), None)
+  if existing is not None and not existing.is_dir():
+    where = "is a file" if existing == path else f"lies under the file {existing}"
+    raise DataError(f"{flag}={data_dir} {where}, not a folder; pass a folder (TFDS prepares its "
+                    f"datasets there), or leave it unset for TFDS's default.")
 
 
 def load_documents(data_config, split: str):
@@ -205,6 +234,8 @@ def load_documents(data_config, split: str):
     raise DataError(f"Unknown split {split!r}; choose one of {', '.join(SPLITS)}.")
   name = data_config.dataset
   data_dir = data_config.get("data_dir") or None
+  if name != "text_folder":
+    check_data_dir(data_dir)
   if name == "kjv":
     documents = kjv_documents(split, data_dir)
   elif name == "text_folder":

@@ -12,6 +12,7 @@ import jax
 
 from keynorm_jax.data.retrieval import DEFAULT_DEPTHS
 from keynorm_jax.data.retrieval import tasks as retrieval_tasks
+from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
 from keynorm_jax.evaluation.report import markdown_table, write_results
@@ -23,27 +24,55 @@ from keynorm_jax.storage import disk
 
 
 def make_columns(names, *, posthoc_logn=False, **knobs):
-  """EvalColumns for method names (each also with post-hoc log n when asked); knobs left None
-  take each method's default at the evaluated length. ValueError names an unknown method."""
+  """EvalColumns for method names, each once (and also with post-hoc log n when asked); knobs left
+  None take each method's default at the evaluated length. ConfigError names an unknown method, an
+  empty list, or a knob out of its range (checked for every method that has it, asked or not)."""
+  names = list(dict.fromkeys(n.strip() for n in names if n.strip()))
+  choices = ", ".join(INFERENCE_METHODS.names())
+  if not names:
+    raise ConfigError(f"--methods names no method; choose from {choices} (comma-separated).")
   unknown = [n for n in names if n not in INFERENCE_METHODS.names()]
   if unknown:
-    raise ValueError(f"Unknown --methods {', '.join(unknown)}; choose from "
-                     f"{', '.join(INFERENCE_METHODS.names())} (comma-separated).")
-  return [EvalColumn(inference_method(name, **knobs), posthoc)
+    raise ConfigError(f"Unknown --methods {', '.join(unknown)}; choose from {choices} "
+                      f"(comma-separated).")
+  methods = {name: _method(name, knobs) for name in INFERENCE_METHODS.names()}
+  return [EvalColumn(methods[name], posthoc)
           for name in names for posthoc in ([False, True] if posthoc_logn else [False])]
 
 
-def check_eval_options(*, factor=None, batch_size=0, num_prompts=1):
-  """ValueError for a --factor, --batch_size or --num_prompts that cannot be meant."""
+def _method(name, knobs):
+  """inference_method(name, **knobs); its knob checks' ValueError as a ConfigError naming the flag
+  (each check's message starts with the knob's name, which is its flag's name in eval.py)."""
+  try:
+    return inference_method(name, **knobs)
+  except ValueError as e:
+    raise ConfigError(f"--{e}") from None
+
+
+def check_eval_options(*, factor=None, batch_size=0, num_prompts=1, num_windows=1,
+                       repeat_period=None, workdir="runs", output=None):
+  """ConfigError for an option that cannot be meant: --factor, --batch_size, --num_prompts,
+  --num_windows, --repeat_period, or an empty --workdir or --output."""
+  if not str(workdir or ""):
+    raise ConfigError("--workdir is empty; pass a run's folder or a folder of runs (default "
+                      "runs).")
+  if output is not None and not str(output):
+    raise ConfigError("--output is empty; pass a folder for the results, or leave it unset for "
+                      "<workdir>/eval.")
+  if num_windows < 1:
+    raise ConfigError(f"--num_windows must be at least 1 (windows per set), got {num_windows}.")
+  if repeat_period is not None and repeat_period < 1:
+    raise ConfigError(f"--repeat_period must be at least 1 (tokens), or left unset for the "
+                      f"training length; got {repeat_period}.")
   if num_prompts < 1:
-    raise ValueError(f"--num_prompts must be at least 1 (prompts per task, length and depth), got "
-                     f"{num_prompts}.")
+    raise ConfigError(f"--num_prompts must be at least 1 (prompts per task, length and depth), "
+                      f"got {num_prompts}.")
   if factor is not None and not factor >= 1:
-    raise ValueError(f"--factor must be at least 1 (or left unset for the default, length / "
-                     f"train_length), got {factor:g}.")
+    raise ConfigError(f"--factor must be at least 1 (or left unset for the default, length / "
+                      f"train_length), got {factor:g}.")
   if batch_size < 0:
-    raise ValueError(f"--batch_size must be at least 1 (or 0 to size batches to about 4 GiB), "
-                     f"got {batch_size}.")
+    raise ConfigError(f"--batch_size must be at least 1 (or 0 to size batches to about 4 GiB), "
+                      f"got {batch_size}.")
 
 
 def check_tasks(names) -> list[str]:
@@ -53,16 +82,22 @@ def check_tasks(names) -> list[str]:
 
 def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0, output=None,
                      diagnostics=False, echo=print, repeat_period=None, tasks=(NEXT_TOKEN,),
-                     depths=DEFAULT_DEPTHS, num_prompts=4):
+                     depths=DEFAULT_DEPTHS, num_prompts=4, trust_unverified=False):
   """Evaluates every run found under `workdir`; returns (records, failures, paths), records being
   the next-token records followed by the retrieval records.
 
   tasks: next_token (the repeated / non-repeated sets) and retrieval tasks (passkey, mqar), each
     at `depths` with `num_prompts` prompts per depth.
+  trust_unverified: also evaluate a checkpoint whose checksum manifest is missing, empty or
+    unreadable (skipped otherwise, like a corrupt one).
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
-  stop the others. The output folder is checked to be writable before any work.
+  stop the others. The output folder is checked to be writable before any work; the tables are
+  printed before the files are written, all or nothing (report.write_results: OutputError says
+  what was and was not written).
   """
-  check_eval_options(batch_size=batch_size, num_prompts=num_prompts)  # (factor: checked when made)
+  # (--factor: checked in the columns, when they are made)
+  check_eval_options(batch_size=batch_size, num_prompts=num_prompts, num_windows=num_windows,
+                     repeat_period=repeat_period, workdir=workdir, output=output)
   tasks = check_tasks(tasks)
   depths = check_depths(depths)
   retrieval_names = [t for t in tasks if t != NEXT_TOKEN]
@@ -76,7 +111,7 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
   started = time.perf_counter()
   for index, run_dir in enumerate(runs, 1):
     try:
-      run = load_run(run_dir, warn=echo)
+      run = load_run(run_dir, warn=echo, trust_unverified=trust_unverified)
       key = json.dumps(run.config.data.to_dict(), sort_keys=True)
       if key not in tokens_by_data:
         tokens_by_data[key] = held_out_tokens(run.config)
@@ -99,8 +134,14 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
       echo(f"  FAILED {run_dir.name}: {type(e).__name__}: {e}")
       if not isinstance(e, (ValueError, RuntimeError)):
         traceback.print_exc(file=sys.stderr)
+  if records:
+    echo("\n" + markdown_table(records) + "\n")
+  if retrieval:
+    echo("\nRetrieval: exact match % (per-token %)\n" + retrieval_table(retrieval) + "\n")
+  for name, message in failures.items():
+    echo(f"Run {name} was not evaluated: {message}")
   paths = {}
-  if records or retrieval:
+  if records or retrieval:  # printed first: a disk that cannot take the files loses no result
     meta = {
         "command": " ".join(sys.argv), "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "jax": jax.__version__, "backend": jax.default_backend(),
@@ -112,13 +153,7 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
     paths = write_results(records, output, meta=meta,
                           diagnostics=found_diagnostics if diagnostics else None,
                           retrieval=retrieval)
-    if records:
-      echo("\n" + markdown_table(records) + "\n")
-    if retrieval:
-      echo("\nRetrieval: exact match % (per-token %)\n" + retrieval_table(retrieval) + "\n")
     echo("Wrote " + ", ".join(str(p) for p in paths.values()))
   elif not output_existed and not any(output.iterdir()):
     output.rmdir()  # created by the writability check, and nothing to put in it
-  for name, message in failures.items():
-    echo(f"Run {name} was not evaluated: {message}")
   return records + retrieval, failures, paths

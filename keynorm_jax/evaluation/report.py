@@ -9,8 +9,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from keynorm_jax.evaluation.outputs import write_files  # pylint: disable=wrong-import-position
 from keynorm_jax.evaluation.retrieval_report import (  # pylint: disable=wrong-import-position
-    retrieval_table, write_retrieval)
+    retrieval_table, retrieval_writers)
 
 CSV_FIELDS = ("run", "config", "step", "train_length", "length", "set", "rope_scaling", "accuracy",
               "accuracy_stderr", "accuracy_beyond_train", "loss", "tokens", "windows",
@@ -71,8 +72,10 @@ def plot_accuracy_by_position(records, path) -> None:
   axes[0].set_ylabel("next-token accuracy")
   axes[1].legend(fontsize=7, loc="best")
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  try:
+    fig.savefig(path, dpi=110, format="png")  # (path: maybe a temporary name)
+  finally:
+    plt.close(fig)
 
 
 def plot_diagnostics(diagnostics, path) -> None:
@@ -100,39 +103,53 @@ def plot_diagnostics(diagnostics, path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  try:
+    fig.savefig(path, dpi=110, format="png")  # (path: maybe a temporary name)
+  finally:
+    plt.close(fig)
 
 
-def write_results(records, output, *, meta, diagnostics=None, retrieval=None) -> dict:
-  """Writes results.{json,md} and, for next-token records, results.csv and the plots; for
-  retrieval records, retrieval.csv and the heat maps; into `output`. Returns their paths."""
-  output = pathlib.Path(output)
-  output.mkdir(parents=True, exist_ok=True)
-  paths = {name: output / name for name in ("results.json", "results.md")}
+def results_writers(records, *, meta, diagnostics=None, retrieval=None) -> dict:
+  """{file name: writer(path)} of results.{json,md} and, for next-token records, results.csv and the
+  plots; for retrieval records, retrieval.csv and the heat maps."""
   payload = {"meta": meta, "results": records}
   if retrieval:
     payload["retrieval"] = retrieval
   if diagnostics is not None:
     payload["diagnostics"] = diagnostics
-  paths["results.json"].write_text(json.dumps(payload, indent=1))
+  writers = {"results.json": _text_writer(json.dumps(payload, indent=1))}
   sections = []
   if records:
-    paths["results.csv"] = output / "results.csv"
-    with paths["results.csv"].open("w", newline="") as f:
-      writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-      writer.writeheader()
-      writer.writerows(records)
+    writers["results.csv"] = lambda path: write_csv(records, path)
     sections.append("Next-token accuracy (%) ± standard error over windows.\n\n" +
                     markdown_table(records))
-    paths["accuracy_by_position.png"] = output / "accuracy_by_position.png"
-    plot_accuracy_by_position(records, paths["accuracy_by_position.png"])
+    writers["accuracy_by_position.png"] = lambda path: plot_accuracy_by_position(records, path)
   if retrieval:
     sections.append("Retrieval: exact match % (per-token %), over every depth.\n\n" +
                     retrieval_table(retrieval))
-    paths.update(write_retrieval(retrieval, output))
-  paths["results.md"].write_text("\n\n".join(sections) + "\n")
+    writers.update(retrieval_writers(retrieval))
+  writers["results.md"] = _text_writer("\n\n".join(sections) + "\n")
   if diagnostics:
-    paths["diagnostics.png"] = output / "diagnostics.png"
-    plot_diagnostics(diagnostics, paths["diagnostics.png"])
-  return paths
+    writers["diagnostics.png"] = lambda path: plot_diagnostics(diagnostics, path)
+  return writers
+
+
+def _text_writer(text: str):
+  return lambda path: pathlib.Path(path).write_text(text)
+
+
+def write_csv(records, path) -> None:
+  with pathlib.Path(path).open("w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(records)
+
+
+def write_results(records, output, *, meta, diagnostics=None, retrieval=None) -> dict:
+  """Writes results_writers' files into `output`, all or nothing (outputs.write_files); returns
+  their paths. OutputError (one line: what was and was not written) if they cannot be."""
+  output = pathlib.Path(output)
+  output.mkdir(parents=True, exist_ok=True)
+  return write_files(output, results_writers(records, meta=meta, diagnostics=diagnostics,
+                                             retrieval=retrieval),
+                     fix="pass another --output")

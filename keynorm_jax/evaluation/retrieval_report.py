@@ -76,18 +76,18 @@ def plot_heat_map(records, path, *, title: str) -> None:
                  f"(trained at {trained})", fontsize=9)
   fig.suptitle(title, fontsize=10)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  try:
+    fig.savefig(path, dpi=110, format="png")  # (path: maybe a temporary name)
+  finally:
+    plt.close(fig)
 
 
-def write_retrieval(records, output) -> dict:
-  """retrieval.csv and one heat map per run x method in `output`; returns their paths."""
-  output = pathlib.Path(output)
-  paths = {"retrieval.csv": output / "retrieval.csv"}
-  write_retrieval_csv(records, paths["retrieval.csv"])
+def retrieval_writers(records) -> dict:
+  """{file name: writer(path)} of retrieval.csv and one heat map per run x method."""
+  writers = {"retrieval.csv": lambda path: write_retrieval_csv(records, path)}
   for run, method in dict.fromkeys((r["run"], r["rope_scaling"]) for r in records):
-    name = heat_map_name(run, method)
-    paths[name] = output / name
-    plot_heat_map([r for r in records if r["run"] == run and r["rope_scaling"] == method],
-                  paths[name], title=f"{run}, inference: {method}")
-  return paths
+    found = [r for r in records if r["run"] == run and r["rope_scaling"] == method]
+    title = f"{run}, inference: {method}"
+    writers[heat_map_name(run, method)] = (
+        lambda path, found=found, title=title: plot_heat_map(found, path, title=title))
+  return writers

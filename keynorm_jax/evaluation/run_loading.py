@@ -52,13 +52,16 @@ def abstract_params(config, sharding=None):
                       shapes)
 
 
-def load_run(workdir, *, warn=None) -> TrainedRun:
+def load_run(workdir, *, warn=None, trust_unverified=False) -> TrainedRun:
   """Restores the parameters of the newest usable checkpoint of the run in `workdir`.
 
   Nothing is moved or written. warn: callable(str) told about each checkpoint skipped.
+  trust_unverified: also restore a checkpoint whose checksum manifest is missing, empty or
+  unreadable (skipped otherwise).
   """
   workdir = pathlib.Path(workdir)
-  checkpoints = RunCheckpoints(workdir, read_only=True, warn=warn)
+  checkpoints = RunCheckpoints(workdir, read_only=True, trust_unverified=trust_unverified,
+                               warn=warn)
   if not checkpoints.directory.is_dir():
     raise CheckpointError(f"No checkpoints in {workdir}: train a model there first "
                           f"(python train.py --config=NAME --workdir={workdir}).")

@@ -119,6 +119,15 @@ class YaRN(RopeScaling):
   beta_fast: float = knob(32.0, "YaRN beta_fast (rotations bounding the ramp from above)")
   beta_slow: float = knob(1.0, "YaRN beta_slow (rotations bounding the ramp from below)")
 
+  def __post_init__(self):
+    super().__post_init__()
+    if not self.beta_slow > 0:
+      raise ValueError(f"beta_slow must be above 0 (rotations over the training length), got "
+                       f"{self.beta_slow:g}.")
+    if not self.beta_fast >= self.beta_slow:
+      raise ValueError(f"beta_fast must be at least beta_slow ({self.beta_slow:g}): the ramp runs "
+                       f"from beta_fast rotations down to beta_slow; got {self.beta_fast:g}.")
+
   def rotary_changes(self):
     return dict(super().rotary_changes(), beta_fast=self.beta_fast, beta_slow=self.beta_slow)
 

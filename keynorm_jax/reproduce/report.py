@@ -3,6 +3,7 @@
 import json
 import pathlib
 
+from keynorm_jax.evaluation.outputs import write_files
 from keynorm_jax.evaluation.report import plot_accuracy_by_position, plot_diagnostics
 from keynorm_jax.reproduce.seed_results import (EXTRA_VARIANTS, NO_SCALING, WITH_SCALING, label,
                                                 seed_name)
@@ -90,20 +91,23 @@ def tables(records, diagnostics, train_length):
 
 
 def write_page(records, diagnostics, meta, output) -> pathlib.Path:
-  """Writes results.json, the plots and RESULTS.md into `output`; returns the page's path."""
+  """Writes results.json, the plots and RESULTS.md into `output`, all or nothing
+  (evaluation.outputs); returns the page's path."""
   output = pathlib.Path(output)
   output.mkdir(parents=True, exist_ok=True)
   train_length = min(r["train_length"] for r in records)
   long = 8 * train_length
-  (output / "results.json").write_text(json.dumps(
-      {"meta": meta, "results": records, "diagnostics": diagnostics}, indent=1))
-  plot_accuracy_by_position([r for r in records if r["length"] == long
-                             and r["rope_scaling"] == "none"], output / "accuracy_by_position.png")
+  results = json.dumps({"meta": meta, "results": records, "diagnostics": diagnostics}, indent=1)
+  unscaled = [r for r in records if r["length"] == long and r["rope_scaling"] == "none"]
   with_scalings = [r for r in records if r["length"] == long and seed_name(r["config"])
                    in ("baseline_rope", "kna_rope")]
+  writers = {"results.json": lambda path: pathlib.Path(path).write_text(results),
+             "accuracy_by_position.png": lambda path: plot_accuracy_by_position(unscaled, path)}
   if with_scalings:  # only when those variants were run
-    plot_accuracy_by_position(with_scalings, output / "scalings_by_position.png")
-  plot_diagnostics({c: d for c, d in diagnostics.items() if d}, output / "diagnostics.png")
+    writers["scalings_by_position.png"] = (
+        lambda path: plot_accuracy_by_position(with_scalings, path))
+  writers["diagnostics.png"] = lambda path: plot_diagnostics(
+      {c: d for c, d in diagnostics.items() if d}, path)
   t = tables(records, diagnostics, train_length)
   keeps = {c: r for c, r in t["ratio"].items() if r is not None}
   verdict = ", ".join(f"{label(c)} {100 * r:.1f}%" for c, r in keeps.items())
@@ -143,6 +147,5 @@ Non-repeated accuracy at {long // train_length}x as a share of in-length accurac
 {json.dumps(meta, indent=1)}
 ```
 """
-  path = output / "RESULTS.md"
-  path.write_text(page)
-  return path
+  writers["RESULTS.md"] = lambda path: pathlib.Path(path).write_text(page)
+  return write_files(output, writers, fix="pass another --output")["RESULTS.md"]

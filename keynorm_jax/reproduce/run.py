@@ -11,18 +11,22 @@ skipped, so the command can be stopped and run again.
 
 import json
 import pathlib
+import sys
 import time
 
-from absl import app, flags, logging
+from absl import flags, logging
 import jax
 
 from keynorm_jax import run_config
+from keynorm_jax.data.corpora import check_data_dir
+from keynorm_jax.errors import ConfigError, KeynormError
 from keynorm_jax.evaluation.command import make_columns
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
 from keynorm_jax.evaluation.run_loading import load_run
 from keynorm_jax.reproduce.report import write_page
 from keynorm_jax.reproduce.seed_results import EXTRA_VARIANTS, NO_SCALING, TRANSFORMER_PREFIX
+from keynorm_jax.storage import disk
 from keynorm_jax.study.provenance import code_version
 from keynorm_jax.training.loop import train_and_evaluate
 
@@ -144,18 +148,52 @@ def reproduce(scale, *, runs_dir, output, variants, steps=0, data_dir="", archit
   return write_page(records, diagnostics, meta, output)
 
 
+def check_options(*, variants, steps, architecture) -> None:
+  """ConfigError for --variants (empty or unknown) or --num_train_steps (negative)."""
+  if steps < 0:
+    raise ConfigError(f"--num_train_steps must be at least 1, or 0 for the scale's own; got "
+                      f"{steps}.")
+  choose = (f"give config names (comma-separated), e.g. the default (the seed's table) "
+            f"{','.join(VARIANTS)}")
+  if not variants:
+    raise ConfigError(f"--variants is empty; {choose}.")
+  unknown = sorted(set(config_names(variants, architecture)) - set(run_config.available_configs()))
+  if unknown:
+    raise ConfigError(f"--variants: unknown {', '.join(unknown)}; {choose}.")
+
+
+def check_paths(*, runs_dir, output, data_dir) -> None:
+  """DataError or DiskError, naming the flag, for a folder that cannot be read or written; the
+  outer folder first (ensure_writable creates it), so a bad one leaves no other folder behind."""
+  check_data_dir(data_dir, flag="--data_dir")
+  folders = [(runs_dir, "the runs folder", "--runs_dir"),
+             (output, "the results page folder", "--output")]
+  if not pathlib.Path(output).is_relative_to(runs_dir):
+    folders.reverse()
+  for folder, what, flag in folders:
+    disk.ensure_writable(folder, what=what, fix=f"pass a writable {flag}")
+
+
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    sys.exit(f"error: unexpected arguments {' '.join(argv[1:])}; every option is a --flag.")
   logging.set_verbosity(logging.WARNING)
   architecture = _ARCHITECTURE.value
   suffix = "" if architecture == "gau" else f"_{architecture}"
   runs_dir = _RUNS.value or f"runs/reproduce_{_SCALE.value}{suffix}"
   output = _OUTPUT.value or f"{runs_dir}/results"
-  unknown = sorted(set(config_names(_VARIANTS.value, architecture))
-                   - set(run_config.available_configs()))
-  if unknown:
-    raise app.UsageError(f"Unknown variants {unknown}; choose from "
-                         f"{', '.join(run_config.available_configs())}.")
-  page = reproduce(_SCALE.value, runs_dir=runs_dir, output=output, variants=_VARIANTS.value,
-                   steps=_STEPS.value, data_dir=_DATA_DIR.value, architecture=architecture)
+  try:  # every option before any work
+    for flag in (_RUNS, _OUTPUT):
+      if flag.value == "":
+        raise ConfigError(f"--{flag.name} is empty; pass a folder, or leave it unset for its "
+                          f"default.")
+    check_options(variants=_VARIANTS.value, steps=_STEPS.value, architecture=architecture)
+    check_paths(runs_dir=runs_dir, output=output, data_dir=_DATA_DIR.value)
+  except (KeynormError, ValueError, RuntimeError) as e:
+    sys.exit(f"error: {e}")
+  try:
+    page = reproduce(_SCALE.value, runs_dir=runs_dir, output=output, variants=_VARIANTS.value,
+                     steps=_STEPS.value, data_dir=_DATA_DIR.value, architecture=architecture)
+  except (ValueError, RuntimeError) as e:  # config, data, checkpoint, disk: as train.py
+    sys.exit(f"error: {type(e).__name__}: {e}")
   print(f"Results page: {page}")

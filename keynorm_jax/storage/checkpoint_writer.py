@@ -2,7 +2,7 @@
 
 The manifest (checksums.py) is written once Orbax has renamed the finished step into place, at
 the first `poll()` after that (called every training step), so a kill -9 can leave at most the
-newest checkpoint unlisted; the restore then checks nothing for it and lists it. A disk too full
+newest checkpoint unlisted; the restore then sets it aside as unverified and uses the one before. A disk too full
 for another checkpoint stops the run before the save starts; a save that fails anyway (a full
 disk included) is reported in one line, the previous checkpoint intact.
 """
@@ -82,8 +82,9 @@ class CheckpointWriter:
           full = "the disk is full" if disk.is_disk_full(e) else first_line(e)
           raise (disk.DiskError if disk.is_disk_full(e) else CheckpointError)(
               f"Checkpoint {step} in {self.directory} is complete, but its checksum manifest "
-              f"could not be written ({full}); it will be restored unverified. Free some space "
-              f"and run the same command again to resume.") from None
+              f"could not be written ({full}), so it cannot be verified and a resume will set it "
+              f"aside and use the one before. Free some space and run the same command again to "
+              f"resume.") from None
 
   def wait(self) -> None:
     """Blocks until the save in progress is finished (and listed); raises if it failed."""

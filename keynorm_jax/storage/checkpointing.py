@@ -2,7 +2,9 @@
 history); checkpoint_writer.py saves them.
 
 Every finished checkpoint gets a SHA-256 manifest (storage/checksums.py), checked before it is
-restored. A checkpoint that fails the check, fails to restore or holds non-finite values is corrupt:
+restored. A checkpoint whose manifest is missing, empty or unreadable is unverified, and unusable
+unless the reader is told to trust it (trust_unverified). A checkpoint that fails the check, cannot
+be verified, fails to restore or holds non-finite values is unusable:
 training moves it to <workdir>/corrupt_checkpoints/ (kept, not deleted) and falls back to the one
 before; a read-only reader (the evaluator) skips it and moves nothing. An incomplete checkpoint
 (a save cut off midway) is never listed: Orbax renames a step's folder into place only once it is
@@ -45,7 +47,6 @@ class Restored:
   data_state: dict | None
   config_dict: dict
   history: dict | None
-  verified: bool
 
 
 def finished_steps(directory) -> list[int]:
@@ -106,13 +107,17 @@ class RunCheckpoints:
 
   read_only: never move or write anything (the evaluator); otherwise a checkpoint that does not
   restore is moved to <workdir>/corrupt_checkpoints/ (saving: checkpoint_writer.py).
+  trust_unverified: restore a checkpoint whose checksum manifest is missing, empty or unreadable
+    (with a note) instead of treating it as unusable.
   warn: where one-line warnings go (default: printed).
   """
 
-  def __init__(self, workdir, *, read_only: bool = False, warn: Callable[[str], None] = None):
+  def __init__(self, workdir, *, read_only: bool = False, trust_unverified: bool = False,
+               warn: Callable[[str], None] = None):
     self.workdir = pathlib.Path(workdir).resolve()
     self.directory = self.workdir / "checkpoints"
     self.read_only = read_only
+    self.trust_unverified = trust_unverified
     self.warn = warn or (lambda message: print(message, flush=True))
 
   def steps(self) -> list[int]:
@@ -124,7 +129,8 @@ class RunCheckpoints:
 
   def _restore_step(self, step: int, state_args, with_data: bool, verify: bool) -> Restored:
     step_dir = self.directory / str(step)
-    verified = checksums.verify(step_dir) if verify else False
+    if verify:
+      self._verify(step_dir)
     has_history = (step_dir / "history").is_dir()
     checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
     try:
@@ -146,7 +152,17 @@ class RunCheckpoints:
         _check_finite(state)
     finally:
       checkpointer.close()
-    return Restored(step, state, data_state, config_dict, history, verified)
+    return Restored(step, state, data_state, config_dict, history)
+
+  def _verify(self, step_dir: pathlib.Path) -> None:
+    try:
+      checksums.verify(step_dir)
+    except checksums.Unverified as e:
+      if not self.trust_unverified:
+        raise checksums.Unverified(
+            step_dir, f"{e.problem}; if you know its bytes are sound, pass "
+            f"--trust_unverified_checkpoints to restore it") from None
+      self.warn(f"Note: {e}; restoring it unverified (--trust_unverified_checkpoints).")
 
   def restore_latest(self, state_args=None, *, with_data: bool = False, verify: bool = True):
     """The newest checkpoint that restores, as a `Restored`; None when there is none.
@@ -171,16 +187,11 @@ class RunCheckpoints:
       except Exception as e:  # pylint: disable=broad-except  # any failure = unusable checkpoint
         if self._vanished(step):
           continue  # deleted by the run that writes it (it removes old checkpoints): re-list
-        reason = str(e) if isinstance(e, checksums.ChecksumMismatch) else first_line(e)
+        reason = (str(e) if isinstance(e, (checksums.ChecksumMismatch, checksums.Unverified))
+                  else first_line(e))
         errors.append(f"step {step}: {reason}")
         self._set_aside(step, reason)
         continue
-      if verify and state_args is not None and not restored.verified:
-        self.warn(f"Note: checkpoint {step} has no checksum manifest yet (saved by an older "
-                  f"version, just saved by a run still going, or by one stopped right after "
-                  f"saving it); restored it unverified.")
-        if not self.read_only and jax.process_index() == 0:
-          checksums.write_manifest(self.directory / str(step))
       return restored
     if errors:
       where = (f"; they were moved to {self.corrupt_directory}" if not self.read_only else "")
@@ -201,8 +212,8 @@ class RunCheckpoints:
                 f"one before.")
       return
     target = self.corrupt_directory / f"{step}-{int(time.time())}"
-    self.warn(f"WARNING: checkpoint {step} is corrupt ({reason}); moved to {target}, falling back "
-              f"to the previous one.")
+    self.warn(f"WARNING: checkpoint {step} is unusable ({reason}); moved to {target}, falling "
+              f"back to the previous one.")
     if jax.process_index() == 0:
       target.parent.mkdir(parents=True, exist_ok=True)
       shutil.move(str(self.directory / str(step)), str(target))

@@ -3,8 +3,9 @@
 `<step dir>/_SHA256SUMS` lists every file of the step directory in `sha256sum` format, so it can
 also be checked by hand: `cd <workdir>/checkpoints/<step> && sha256sum -c _SHA256SUMS`. It is
 written (atomically: a temporary file renamed) once Orbax has finalized the step, and checked
-before the step is restored. A step without one (saved by an older version, or the run was killed
-in the moment between finalizing a checkpoint and listing it) is restored unverified.
+before the step is restored. A step whose manifest is missing, empty or unreadable is unverified
+(`Unverified`): readers skip it and training sets it aside unless the user trusts it explicitly
+(--trust_unverified_checkpoints), and no manifest is ever written over bytes that were not verified.
 """
 
 import hashlib
@@ -20,6 +21,15 @@ class ChecksumMismatch(ValueError):
   def __init__(self, path: pathlib.Path, problem: str):
     super().__init__(f"{path} {problem}")
     self.path = path
+
+
+class Unverified(ValueError):
+  """A checkpoint whose bytes cannot be checked: its manifest is missing, empty or unreadable."""
+
+  def __init__(self, step_dir: pathlib.Path, problem: str):
+    super().__init__(f"{step_dir} cannot be verified: {problem}")
+    self.path = step_dir
+    self.problem = problem
 
 
 def _sha256(path: pathlib.Path) -> str:
@@ -51,23 +61,38 @@ def write_manifest(step_dir) -> pathlib.Path:
   return target
 
 
-def has_manifest(step_dir) -> bool:
-  return (pathlib.Path(step_dir) / MANIFEST).is_file()
-
-
-def verify(step_dir) -> bool:
-  """True if step_dir matches its manifest, False if it has none; ChecksumMismatch naming the
-  first file that differs or is missing otherwise."""
-  step_dir = pathlib.Path(step_dir)
+def _listing(step_dir: pathlib.Path) -> dict:
+  """{relative name: sha256} of the step's manifest; Unverified if it cannot serve as one."""
+  path = step_dir / MANIFEST
   try:
-    listing = (step_dir / MANIFEST).read_text()
+    text = path.read_bytes().decode("utf-8")
   except FileNotFoundError:
-    return False
-  for line in listing.splitlines():
-    expected, _, name = line.partition("  ")
+    raise Unverified(step_dir, f"it has no checksum manifest ({MANIFEST})") from None
+  except (OSError, UnicodeDecodeError) as e:
+    raise Unverified(step_dir, f"its checksum manifest is unreadable ({e})") from None
+  listing = {}
+  for line in text.splitlines():
+    expected, sep, name = line.partition("  ")
+    if not sep or len(expected) != 64 or not name:
+      raise Unverified(step_dir, f"its checksum manifest has a malformed line ({line[:80]!r})")
+    listing[name] = expected
+  if not listing:
+    raise Unverified(step_dir, "its checksum manifest is empty")
+  return listing
+
+
+def verify(step_dir) -> None:
+  """Checks every file of step_dir against its manifest: Unverified when the manifest is missing,
+  empty or unreadable; ChecksumMismatch naming the first file that differs, is missing, or is
+  not listed."""
+  step_dir = pathlib.Path(step_dir)
+  listing = _listing(step_dir)
+  for name, expected in listing.items():
     path = step_dir / name
     if not path.is_file():
       raise ChecksumMismatch(path, "is missing (listed in its checksum manifest)")
     if _sha256(path) != expected:
       raise ChecksumMismatch(path, "does not match its checksum (corrupt bytes)")
-  return True
+  for path in _files(step_dir):
+    if path.relative_to(step_dir).as_posix() not in listing:
+      raise ChecksumMismatch(path, "is not listed in its checksum manifest")

@@ -40,7 +40,12 @@ def _holder(path: pathlib.Path) -> str:
 def hold(workdir):
   """Holds the workdir's lock for the duration of the block; WorkdirBusyError if it is taken."""
   path = _lock_path(pathlib.Path(workdir))
-  f = path.open("a+")
+  try:
+    f = path.open("a+")
+  except OSError as e:
+    raise WorkdirBusyError(f"Cannot open the lock file {path} ({e.strerror or e}): it must be a "
+                           f"writable file. Remove what is there (rm -r {path}) or pass another "
+                           f"--workdir.") from None
   error = None
   try:
     fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -13,8 +13,13 @@ from keynorm_jax import host_memory  # first of all: see host_memory
 host_memory.keep_freed_memory()
 
 # pylint: disable=wrong-import-position
+import sys
+
 from absl import app, flags, logging
 
+from keynorm_jax.data.corpora import check_data_dir
+from keynorm_jax.errors import ConfigError, KeynormError
+from keynorm_jax.storage import disk
 from keynorm_jax.study import plan
 from keynorm_jax.study.provenance import provenance
 from keynorm_jax.study.records import RESULTS_ROOT, RecordStore
@@ -35,20 +40,78 @@ _KEEP_RUNS = flags.DEFINE_bool("keep_runs", False, "Keep each run's workdir (che
                                "its record is written, e.g. to run more diagnostics on it.")
 
 
-def main(argv):
-  del argv
-  logging.set_verbosity(logging.WARNING)
-  provenance()  # the code this process runs, read before any run starts
-  study = "field" if _SCALE.value == "cpu" else f"field_{_SCALE.value}"
-  store = RecordStore(study) if _RESULTS.value is None else RecordStore(
-      study, root=_RESULTS.value)
-  entries = plan.field_runs()
-  if _RUNS.value:
-    entries = [e for e in entries if e.key in _RUNS.value]
+def selected_runs(entries, keys, shard: str) -> list:
+  """The planned entries named by --runs (all when unset) in --shard; ConfigError for an empty
+  --runs, a key the plan does not have, or a bad --shard."""
+  if keys is not None:
+    if not keys:
+      raise ConfigError("--runs is empty; name run keys (config__seedN, comma-separated), or leave "
+                        "it unset for every planned run.")
+    planned = {e.key for e in entries}
+    unknown = [k for k in keys if k not in planned]
+    if unknown:
+      raise ConfigError(f"--runs: {', '.join(unknown)} is not a run of the study's plan; keys are "
+                        f"config__seedN, e.g. {entries[0].key} (keynorm_jax/study/plan.py).")
+    entries = [e for e in entries if e.key in keys]
   try:
-    entries = plan.shard_of(entries, _SHARD.value)
+    return plan.shard_of(entries, shard)
   except ValueError as e:
-    raise app.UsageError(str(e)) from None
+    raise ConfigError(str(e)) from None
+
+
+def check_options(*, max_runs: int, runs_dir: str, results) -> None:
+  """ConfigError for a negative --max_runs or an empty --runs_dir or --results."""
+  if max_runs < 0:
+    raise ConfigError(f"--max_runs must be at least 1, or 0 for every planned run; got "
+                      f"{max_runs}.")
+  for name, value in (("runs_dir", runs_dir), ("results", results)):
+    if value == "":
+      raise ConfigError(f"--{name} is empty; pass a folder, or leave it unset for its default.")
+
+
+def check_paths(store: RecordStore, *, runs_dir: str, data_dir: str, train: bool) -> None:
+  """DiskError or DataError, naming the flag, for a folder that cannot be written or read: checked
+  before any training, so that no run is lost at the end for want of a place to record it."""
+  if train:
+    check_data_dir(data_dir, flag="--data_dir")
+  disk.ensure_writable(store.directory, what="the records folder", fix="pass a writable --results")
+  if train:
+    disk.ensure_writable(runs_dir, what="the runs folder", fix="pass a writable --runs_dir")
+
+
+def main(argv):
+  if len(argv) > 1:
+    sys.exit(f"error: unexpected arguments {' '.join(argv[1:])}; every option is a --flag.")
+  logging.set_verbosity(logging.WARNING)
+  study = "field" if _SCALE.value == "cpu" else f"field_{_SCALE.value}"
+  try:  # every option before any work
+    check_options(max_runs=_MAX_RUNS.value, runs_dir=_RUNS_DIR.value, results=_RESULTS.value)
+    store = RecordStore(study) if _RESULTS.value is None else RecordStore(
+        study, root=_RESULTS.value)
+    entries = selected_runs(plan.field_runs(), _RUNS.value, _SHARD.value)
+    check_paths(store, runs_dir=_RUNS_DIR.value, data_dir=_DATA_DIR.value,
+                train=not _REPORT_ONLY.value)
+  except (KeynormError, ValueError, RuntimeError) as e:
+    sys.exit(f"error: {e}")
+  provenance()  # the code this process runs, read before any run starts
+  try:
+    _run_plan(entries, store)
+  except (ValueError, RuntimeError) as e:  # config, data, checkpoint, disk: as train.py
+    sys.exit(f"error: {type(e).__name__}: {e}")
+  if _SHARD.value and not _REPORT_ONLY.value:
+    print(f"Shard {_SHARD.value} done; when every shard is, rebuild the report with --report_only.")
+    return
+  records = store.all()
+  page = write_report(records, store.directory)
+  print(f"Report: {page}")
+  if study == "field" and _RESULTS.value is None:
+    results_page = RESULTS_ROOT.parent / "RESULTS.md"
+    if update_results_page(records, results_page):
+      print(f"Updated the field-study block of {results_page}")
+
+
+def _run_plan(entries, store: RecordStore) -> None:
+  """Trains, evaluates and records each entry without a record (up to --max_runs new ones)."""
   done = 0
   for index, entry in enumerate(entries, 1):
     if _REPORT_ONLY.value or (_MAX_RUNS.value and done >= _MAX_RUNS.value):
@@ -61,16 +124,6 @@ def main(argv):
                    data_dir=_DATA_DIR.value, keep_run=_KEEP_RUNS.value)
     print(f"  recorded {path}", flush=True)
     done += 1
-  if _SHARD.value and not _REPORT_ONLY.value:
-    print(f"Shard {_SHARD.value} done; when every shard is, rebuild the report with --report_only.")
-    return
-  records = store.all()
-  page = write_report(records, store.directory)
-  print(f"Report: {page}")
-  if study == "field" and _RESULTS.value is None:
-    results_page = RESULTS_ROOT.parent / "RESULTS.md"
-    if update_results_page(records, results_page):
-      print(f"Updated the field-study block of {results_page}")
 
 
 if __name__ == "__main__":

@@ -4,11 +4,15 @@ What a run survives (tests/faults/ injects each fault): a NaN or infinite loss, 
 norm, parameter or eval loss stops it before anything non-finite is saved; a checkpoint that is
 corrupt or cut off is set aside and the one before is used; a second process on the same workdir
 is refused; a kill -9 at any moment loses only the steps since the last checkpoint; a full disk
-or an unwritable workdir ends it with one line, the last checkpoint intact.
+or an unwritable workdir ends it with one line, the last checkpoint intact; SIGTERM or SIGINT
+saves a checkpoint at the step in flight and stops (preemption.py); a run refused before its first
+step leaves no workdir behind (if it created it).
 """
 
 import json
 import math
+import pathlib
+import shutil
 import time
 
 from absl import logging
@@ -22,7 +26,7 @@ from keynorm_jax import run_config
 from keynorm_jax.data import corpora
 from keynorm_jax.storage import disk, workdir_lock
 from keynorm_jax.storage.checkpoint_writer import CheckpointWriter
-from keynorm_jax.training import config_changes, sharding
+from keynorm_jax.training import config_changes, preemption, sharding
 from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
                                        state_restore_args)
 from keynorm_jax.data.eval_sets import eval_windows
@@ -140,33 +144,65 @@ def _refuse_to_start_over(checkpoints: RunCheckpoints) -> None:
         f"step 0, or pass another --workdir.")
 
 
-def train_and_evaluate(config, workdir, *, stop_after_steps=None, allow_config_change=()):
+def train_and_evaluate(config, workdir, *, stop_after_steps=None, allow_config_change=(),
+                       trust_unverified=False):
   """Trains (or resumes) the run in `workdir`; returns the last logged metrics.
 
   stop_after_steps: stop once this many steps are done in all, without a final checkpoint, as a
     killed run would (for tests of resumption).
   allow_config_change: optimizer settings (config_changes.OPTIMIZER_CHANGES) that may differ from
     the checkpoint's when resuming; each change is recorded with its step.
+  trust_unverified: restore a checkpoint whose checksum manifest is missing, empty or unreadable
+    (otherwise it is set aside like a corrupt one).
   """
   user_config = config.to_dict()  # as the user set it, before derived defaults are filled in
   config = run_config.resolve(config)
   config_changes.check_allowed_names(allow_config_change)
   mesh = sharding.make_mesh(config.num_devices, config.fsdp)
   run_config.validate(config, mesh.size)
-  workdir = disk.ensure_writable(workdir, what="the workdir",
-                                 fix="choose a writable --workdir").resolve()
-  with workdir_lock.hold(workdir):
-    try:
-      return _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_change)
-    except OSError as e:
-      if disk.is_disk_full(e):
-        raise disk.DiskError(f"The disk under {workdir} is full ({e}); the last checkpoint is "
-                             f"intact. Free some space and run the same command again to "
-                             f"resume.") from None
-      raise
+  created = not pathlib.Path(workdir).exists()
+  try:
+    workdir = disk.ensure_writable(workdir, what="the workdir",
+                                   fix="choose a writable --workdir").resolve()
+    with workdir_lock.hold(workdir), preemption.Watch() as watch:
+      try:
+        checkpoints = RunCheckpoints(workdir, trust_unverified=trust_unverified)
+        return _train(config, user_config, checkpoints, mesh, stop_after_steps,
+                      allow_config_change, watch)
+      except OSError as e:
+        raise _disk_error(e, workdir) from None
+  except BaseException:
+    if created:
+      _remove_if_nothing_done(pathlib.Path(workdir))
+    raise
 
 
-def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_change):
+def _disk_error(error: OSError, workdir) -> disk.DiskError:
+  """One line for a file of the run that could not be written (a full disk or another reason)."""
+  if disk.is_disk_full(error):
+    return disk.DiskError(f"The disk under {workdir} is full ({error}); the last checkpoint is "
+                          f"intact. Free some space and run the same command again to resume.")
+  where = error.filename or workdir
+  return disk.DiskError(f"Cannot write {where} ({error.strerror or type(error).__name__}); the "
+                        f"last checkpoint is intact. Make it writable (or pass another --workdir) "
+                        f"and run the same command again.")
+
+
+def _remove_if_nothing_done(workdir: pathlib.Path) -> None:
+  """Removes a workdir this run created if it holds no checkpoint and no logged step (a run
+  refused before its first step), so a refusal leaves nothing behind."""
+  if not workdir.is_dir() or jax.process_index() != 0:
+    return
+  if any((workdir / name).exists() for name in ("checkpoints", "corrupt_checkpoints")):
+    return
+  metrics = workdir / "metrics.jsonl"
+  if metrics.exists() and metrics.stat().st_size:
+    return
+  shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_config_change, watch):
+  workdir = checkpoints.workdir
   is_main = jax.process_index() == 0
   saved = _saved_config(workdir)  # checked before anything is restored, moved or loaded
   if saved is not None:
@@ -189,7 +225,6 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
   state_sharding = sharding.state_shardings(  # replicated, or split over fsdp
       mesh, jax.eval_shape(lambda: init_state(model, tx, config.seed, config.train_length)))
   target = abstract_state(model, tx, config.seed, config.train_length, state_sharding)
-  checkpoints = RunCheckpoints(workdir)
 
   def state_args(config_dict, step_dir):  # another version's model is refused, not set aside
     del config_dict
@@ -245,7 +280,8 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
       last = step == config.num_train_steps
       evaluate = step % config.eval_every_steps == 0 or last
       stopping = stop_after_steps is not None and step >= stop_after_steps
-      if not (step % config.log_every_steps == 0 or evaluate or stopping
+      preempted = watch.stop_at(step)
+      if not (step % config.log_every_steps == 0 or evaluate or stopping or preempted
               or step % config.checkpoint_every_steps == 0):
         continue  # metrics are fetched (and checked for NaN) only at log / eval / save steps
       metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
@@ -265,9 +301,14 @@ def _train(config, user_config, workdir, mesh, stop_after_steps, allow_config_ch
                   "tokens_per_second": tokens / max(now - tick, 1e-9)}
         metrics_writer.write(step, logged)
         tick, tick_step = time.perf_counter(), step
-      if step % config.checkpoint_every_steps == 0 or last:
+      if step % config.checkpoint_every_steps == 0 or last or preempted:
         saver.save(step, state, batches.get_state(), config.to_dict(), history)
         last_good = step
+      if preempted and not last:
+        saver.wait()
+        raise preemption.Preempted(
+            f"Stopped by {watch.received or 'a preemption notice'} after step {step}: checkpoint "
+            f"{step} is saved in {saver.directory}. Run the same command again to resume.")
       if stopping:
         break
     finished = True

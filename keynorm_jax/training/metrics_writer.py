@@ -5,17 +5,24 @@ Safe against a run being killed at any moment:
   starts or resumes, the lines up to the restored step are written to a new file that is then
   renamed over the old one (atomic), so the file reads as if the run had never stopped.
 - A torn last line (a kill in the middle of a write) is dropped with a warning naming the file.
-- TensorBoard events are written with tensorboardX (clu's metric writers import TensorFlow, which
-  this project does not install). A resumed run's event file starts with a purge marker at the
-  first step after the restored one: TensorBoard then hides what a killed run had logged past its
-  checkpoint, so no step shows twice, and the new file holds only the steps after the restored one.
+- TensorBoard events are written with tensorboardX's event-file writer (clu's metric writers import
+  TensorFlow, which this project does not install), in the calling thread: tensorboardX's
+  SummaryWriter writes from a thread of its own, and when that thread died of a full disk the run
+  waited on its queue for good. Here a failed write raises at once, in the training loop. A
+  resumed run's event file starts with a purge marker at the first step after the restored one:
+  TensorBoard then hides what a killed run had logged past its checkpoint, so no step shows twice,
+  and the new file holds only the steps after the restored one.
 """
 
 import json
 import os
 import pathlib
 
-import tensorboardX
+import time
+
+from tensorboardX.event_file_writer import EventsWriter
+from tensorboardX.proto.event_pb2 import Event, SessionLog
+from tensorboardX.summary import scalar
 
 
 def _print(message: str) -> None:
@@ -27,17 +34,40 @@ def read_metrics(workdir, *, warn=_print):
   path = pathlib.Path(workdir) / "metrics.jsonl"
   if not path.exists():
     return []
-  lines = path.read_text().splitlines()
+  lines = path.read_bytes().splitlines()
   records = []
   for number, line in enumerate(lines, 1):
     if not line.strip():
       continue
     try:
-      records.append(json.loads(line))
-    except ValueError:
-      what = "its torn last line" if number == len(lines) else f"unreadable line {number}"
-      warn(f"WARNING: {path}: dropped {what} (a run stopped in the middle of writing it).")
+      records.append(json.loads(line.decode("utf-8")))
+    except ValueError:  # not JSON, or not UTF-8 text (UnicodeDecodeError)
+      what = ("its torn last line (a run stopped in the middle of writing it)"
+              if number == len(lines) else f"unreadable line {number} (not a JSON object)")
+      warn(f"WARNING: {path}: dropped {what}.")
   return records
+
+
+class TensorBoardEvents:
+  """Scalars in a TensorBoard event file, written and flushed in the calling thread."""
+
+  def __init__(self, logdir: pathlib.Path, *, purge_step: int | None = None):
+    logdir.mkdir(parents=True, exist_ok=True)
+    self._writer = EventsWriter(str(logdir / "events"))
+    if purge_step is not None:  # what TensorBoard reads as "forget the steps from here on"
+      self._writer.write_event(Event(step=purge_step, file_version="brain.Event:2"))
+      self._writer.write_event(Event(step=purge_step,
+                                     session_log=SessionLog(status=SessionLog.START)))
+    self._writer.flush()
+
+  def write(self, step: int, scalars: dict) -> None:
+    now = time.time()
+    for key, value in scalars.items():
+      self._writer.write_event(Event(wall_time=now, step=step, summary=scalar(key, value)))
+    self._writer.flush()
+
+  def close(self) -> None:
+    self._writer.close()
 
 
 class MetricsWriter:
@@ -55,11 +85,10 @@ class MetricsWriter:
       f.flush()
       os.fsync(f.fileno())
     os.replace(partial, self.path)
-    self._file = self.path.open("a")
     logdir = workdir / "tensorboard"
     earlier = logdir.is_dir() and any(logdir.glob("events.out.tfevents.*"))
-    self.tensorboard = tensorboardX.SummaryWriter(
-        str(logdir), purge_step=resume_step + 1 if earlier else None)
+    self.tensorboard = TensorBoardEvents(logdir, purge_step=resume_step + 1 if earlier else None)
+    self._file = self.path.open("a")
 
   def write(self, step: int, scalars: dict) -> None:
     if not self.enabled:
@@ -67,8 +96,7 @@ class MetricsWriter:
     record = {"step": int(step), **{k: float(v) for k, v in scalars.items()}}
     self._file.write(json.dumps(record) + "\n")
     self._file.flush()
-    for key, value in scalars.items():
-      self.tensorboard.add_scalar(key, float(value), int(step))
+    self.tensorboard.write(int(step), {k: float(v) for k, v in scalars.items()})
 
   def close(self, *, check: bool = True) -> None:
     """Closes both files; a failure (e.g. a full disk) is raised only if check is True (the run is
@@ -79,22 +107,7 @@ class MetricsWriter:
       try:
         self._file.close()
       finally:
-        self._close_tensorboard()
+        self.tensorboard.close()
     except OSError:
       if check:
         raise
-
-  def _close_tensorboard(self) -> None:
-    try:
-      self.tensorboard.close()
-    except OSError:
-      # Its final flush failed (a full disk): stop its writer thread and mark it closed, or its
-      # exit hook tries again and prints tracebacks after the run's one-line error.
-      for writer in self.tensorboard.all_writers.values():
-        events = writer.event_writer
-        events._closed = True  # pylint: disable=protected-access
-        try:
-          events._worker.stop()  # pylint: disable=protected-access
-        except Exception:  # pylint: disable=broad-except
-          pass
-      raise

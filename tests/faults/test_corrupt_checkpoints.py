@@ -32,11 +32,11 @@ def test_flipped_bytes_are_detected_skipped_by_eval_and_set_aside_by_training(
   assert checkpoint_steps(workdir) == [3, 6]                                   # the evaluator moved nothing
   training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
   out = capsys.readouterr().out
-  assert f"checkpoint 6 is corrupt ({flipped.resolve()} does not match its checksum" in out
+  assert f"checkpoint 6 is unusable ({flipped.resolve()} does not match its checksum" in out
   aside = list((workdir / "corrupt_checkpoints").iterdir())
   assert len(aside) == 1 and aside[0].name.startswith("6-")          # kept, not deleted
   assert losses(workdir) == losses(straight_run)
-  assert checksums.verify(workdir / "checkpoints" / "6")             # the new 6 is listed
+  checksums.verify(workdir / "checkpoints" / "6")                   # the new 6 is listed
 
 
 @pytest.mark.parametrize("with_manifest", [True, False])
@@ -49,8 +49,7 @@ def test_eval_falls_back_past_a_checkpoint_without_metadata(straight_run, tmp_pa
     path = step_dir / name
     shutil.rmtree(path) if path.is_dir() else path.unlink()
   if not with_manifest:
-    for manifest in (workdir / "checkpoints").glob(f"*/{checksums.MANIFEST}"):
-      manifest.unlink()
+    (step_dir / checksums.MANIFEST).unlink()
   lines = []
   records, failures, _ = evaluate_workdir(workdir, lengths=[32], columns=make_columns(["none"]),
                                           num_windows=2, output=tmp_path / "eval",
@@ -97,15 +96,49 @@ def test_healthy_restore_logs_no_metadata_warning(straight_run, caplog):
   assert not [r for r in caplog.records if "Metadata file does not exist" in r.getMessage()]
 
 
-def test_latest_checkpoint_without_manifest_after_kill_is_restored_then_listed(
-    straight_run, tmp_path, data_dir, capsys):
-  """kill -9 between Orbax finalizing step 6 and its manifest being written."""
+@pytest.mark.parametrize("manifest", ["deleted", "emptied", "unreadable"])
+def test_checkpoint_without_a_usable_manifest_is_not_trusted(straight_run, tmp_path, data_dir,
+                                                             capsys, manifest):
+  """The issue's reproduction: step 6's manifest deleted (also what a kill -9 between Orbax
+  finalizing a step and listing it leaves), emptied or unreadable, and its data bytes flipped.
+  Eval skips it, training sets it aside and resumes exactly from step 3, no manifest is written
+  over its bytes; --trust_unverified_checkpoints restores it."""
   workdir = copy_run(straight_run, tmp_path)
-  (workdir / "checkpoints" / "6" / checksums.MANIFEST).unlink()
+  step_dir = workdir / "checkpoints" / "6"
+  listing = step_dir / checksums.MANIFEST
+  {"deleted": listing.unlink, "emptied": lambda: listing.write_text(""),
+   "unreadable": lambda: listing.write_bytes(b"\xff\xfe")}[manifest]()
+  flip_bytes(step_dir)
+  warnings = []
+  assert load_run(workdir, warn=warnings.append).step == 3
+  problem = {"deleted": "it has no checksum manifest", "emptied": "its checksum manifest is empty",
+             "unreadable": "its checksum manifest is unreadable"}[manifest]
+  assert warnings[0].startswith(f"WARNING: skipping checkpoint 6 of {workdir.resolve()}: "
+                                f"{step_dir.resolve()} cannot be verified: {problem}")
+  assert warnings[0].endswith("pass --trust_unverified_checkpoints to restore it. Trying the one "
+                              "before.")
+  trusted = checkpointing.RunCheckpoints(workdir, read_only=True, trust_unverified=True,
+                                         warn=warnings.append).restore_latest()
+  assert trusted.step == 6 and "restoring it unverified" in warnings[-1]
   training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
-  assert "Note: checkpoint 6 has no checksum manifest yet" in capsys.readouterr().out
-  assert checkpoint_steps(workdir) == [3, 6] and checksums.verify(workdir / "checkpoints" / "6")
+  assert f"checkpoint 6 is unusable ({step_dir.resolve()} cannot be verified: {problem}" in \
+      capsys.readouterr().out
+  (aside,) = (workdir / "corrupt_checkpoints").iterdir()
+  assert aside.name.startswith("6-")
+  kept = aside / checksums.MANIFEST                                  # not rewritten over its bytes
+  assert (kept.read_bytes() if kept.exists() else None) == {
+      "deleted": None, "emptied": b"", "unreadable": b"\xff\xfe"}[manifest]
   assert losses(workdir) == losses(straight_run)
+  checksums.verify(workdir / "checkpoints" / "6")                   # the new 6 is listed
+
+
+def test_a_file_left_out_of_the_manifest_is_a_mismatch(straight_run, tmp_path):
+  workdir = copy_run(straight_run, tmp_path)
+  listing = workdir / "checkpoints" / "6" / checksums.MANIFEST
+  lines = listing.read_text().splitlines()
+  listing.write_text("\n".join(lines[1:]) + "\n")
+  with pytest.raises(checksums.ChecksumMismatch, match="is not listed in its checksum manifest"):
+    checksums.verify(listing.parent)
 
 
 def test_checkpoint_of_another_model_version_is_refused_not_set_aside(tmp_path, data_dir,

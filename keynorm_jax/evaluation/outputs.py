@@ -1,0 +1,104 @@
+"""A set of result files written all or nothing: each to a temporary name beside it, then renamed.
+
+A failure while the files are written (a full disk, say) removes the temporary files and leaves
+the folder's previous files untouched. A failure while they are renamed into place (every file
+already written; rare) removes this set's files, new and previous alike, so that no mix of two
+evaluations remains. Either way `OutputError` says in one line what was and was not written. A
+process killed mid-write leaves only a hidden `.<name>.<pid>.partial` file, which the next write
+into the folder removes.
+"""
+
+import os
+import pathlib
+
+from keynorm_jax.errors import KeynormError
+from keynorm_jax.storage import disk
+
+PARTIAL = ".partial"
+
+
+class OutputError(KeynormError, RuntimeError):
+  """Result files that could not be written; the message says which and what to do."""
+
+
+def temp_path(path: pathlib.Path) -> pathlib.Path:
+  return path.with_name(f".{path.name}.{os.getpid()}{PARTIAL}")
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def remove_stale_temps(folder: pathlib.Path) -> None:
+  """Removes the temporary files that killed processes left in `folder`."""
+  for path in folder.glob(f".*{PARTIAL}"):
+    pid = path.name[:-len(PARTIAL)].rsplit(".", 1)[-1]
+    if pid.isdigit() and not _alive(int(pid)):
+      path.unlink(missing_ok=True)
+
+
+def _remove(paths) -> None:
+  for path in paths:
+    try:
+      path.unlink(missing_ok=True)
+    except OSError:
+      pass
+
+
+def _reason(error: OSError, fix: str) -> tuple[str, str]:
+  """(what went wrong, what to do) for an OSError."""
+  reason = error.strerror or str(error) or type(error).__name__
+  what_to_do = f"free some space there, or {fix}" if disk.is_disk_full(error) else fix
+  return reason, what_to_do[:1].upper() + what_to_do[1:]
+
+
+def write_files(folder, writers: dict, *, fix: str) -> dict[str, pathlib.Path]:
+  """Writes a set of files into `folder` all or nothing; returns their paths by name.
+
+  writers: {file name: callable(path) that writes the file's content to `path`}; the path is a
+    temporary name (a plot must name its format).
+  fix: what the user can do otherwise, e.g. "pass another --output".
+  An OSError becomes OutputError (its message names the files written and not written); any
+  other error is raised as it is, once the temporary files are removed.
+  """
+  folder = pathlib.Path(folder)
+  remove_stale_temps(folder)
+  names = list(writers)
+  temps = {name: temp_path(folder / name) for name in names}
+  listed = ", ".join(names)
+  current = names[0] if names else ""
+  try:
+    for current in names:
+      writers[current](temps[current])
+      with open(temps[current], "rb") as f:
+        os.fsync(f.fileno())
+  except BaseException as e:
+    _remove(temps.values())
+    if not isinstance(e, OSError):
+      raise
+    reason, what_to_do = _reason(e, fix)
+    raise OutputError(f"Could not write {current} in {folder} ({reason}), so none of {listed} "
+                      f"was written; the files there from before are untouched. "
+                      f"{what_to_do}.") from None
+  renamed = []
+  try:
+    for current in names:
+      os.replace(temps[current], folder / current)
+      renamed.append(current)
+  except BaseException as e:
+    _remove(temps.values())
+    _remove(folder / name for name in names)  # new and previous alike: no mix of the two
+    if not isinstance(e, OSError):
+      raise
+    reason, what_to_do = _reason(e, fix)
+    raise OutputError(f"Could not put {current} in place in {folder} ({reason}) after "
+                      f"{', '.join(renamed) or 'no other file'}; removed every file of the set "
+                      f"({listed}), new and from before, so that none of them was written and no "
+                      f"mix of old and new remains. {what_to_do}.") from None
+  return {name: folder / name for name in names}

@@ -1,0 +1,92 @@
+"""Evaluation results are all or nothing: the table is printed first, and a failure mid-write leaves
+no partial or temporary file and says in one line what was and was not written.
+
+Decided: a failure while the files are written leaves the previous files untouched; a failure
+while they are renamed into place removes the set's files, new and previous alike (no mix).
+"""
+
+import errno
+import os
+import pathlib
+
+import pytest
+
+from keynorm_jax.evaluation import outputs, report
+from keynorm_jax.evaluation.command import evaluate_workdir, make_columns
+
+PREVIOUS = ("results.json", "results.csv", "results.md", "accuracy_by_position.png")
+
+
+def _no_space(*_):
+  raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_mid_write_prints_the_table_and_leaves_the_previous_files(
+    straight_run, tmp_path, monkeypatch):
+  output = tmp_path / "eval"
+  output.mkdir()
+  for name in PREVIOUS:
+    (output / name).write_text(f"previous {name}")
+
+  def half_a_csv(records, path):  # results.csv, the second file: part of it, then the disk is full
+    pathlib.Path(path).write_text("run,config,st")
+    _no_space()
+
+  monkeypatch.setattr(report, "write_csv", half_a_csv)
+  printed = []
+  with pytest.raises(outputs.OutputError) as e:
+    evaluate_workdir(straight_run, lengths=[32], columns=make_columns(["none"]), num_windows=2,
+                     output=output, echo=printed.append)
+  assert any(line.lstrip().startswith("| run | scaling | 32 repeated") for line in printed)
+  message = str(e.value)
+  assert "\n" not in message
+  assert message.startswith(f"Could not write results.csv in {output} (No space left on device), "
+                            f"so none of results.json, results.csv, ")
+  assert "the files there from before are untouched" in message
+  assert message.endswith("Free some space there, or pass another --output.")
+  assert sorted(os.listdir(output)) == sorted(PREVIOUS)  # no temporary or partial file
+  assert all((output / name).read_text() == f"previous {name}" for name in PREVIOUS)
+
+
+def _writers(names):
+  return {name: (lambda path, name=name: pathlib.Path(path).write_text(f"new {name}"))
+          for name in names}
+
+
+def test_a_failed_rename_removes_the_whole_set_new_and_previous(tmp_path, monkeypatch):
+  names = ["results.json", "results.csv", "results.md"]
+  for name in [*names, "notes.txt"]:
+    (tmp_path / name).write_text("previous")
+  real_replace, calls = os.replace, []
+
+  def second_fails(src, dst):
+    calls.append(dst)
+    if len(calls) == 2:
+      _no_space()
+    real_replace(src, dst)
+
+  monkeypatch.setattr(os, "replace", second_fails)
+  with pytest.raises(outputs.OutputError) as e:
+    outputs.write_files(tmp_path, _writers(names), fix="pass another --output")
+  message = str(e.value)
+  assert "\n" not in message
+  assert message.startswith(f"Could not put results.csv in place in {tmp_path} (No space left on "
+                            f"device) after results.json; removed every file of the set")
+  assert os.listdir(tmp_path) == ["notes.txt"]  # not in the set: kept
+
+
+def test_files_are_written_and_a_killed_writers_leftovers_removed(tmp_path):
+  dead_pid = 2**22 + 1  # above Linux's largest pid: no such process
+  leftover = tmp_path / f".results.json.{dead_pid}{outputs.PARTIAL}"
+  leftover.write_text("half")
+  paths = outputs.write_files(tmp_path, _writers(["results.json", "results.md"]), fix="")
+  assert sorted(os.listdir(tmp_path)) == ["results.json", "results.md"]
+  assert paths["results.md"].read_text() == "new results.md"
+
+
+def test_an_error_that_is_a_bug_is_raised_as_it_is_and_leaves_nothing(tmp_path):
+  writers = _writers(["results.json"])
+  writers["results.md"] = lambda path: {}["a bug"]
+  with pytest.raises(KeyError):
+    outputs.write_files(tmp_path, writers, fix="")
+  assert not os.listdir(tmp_path)

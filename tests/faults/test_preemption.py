@@ -1,0 +1,120 @@
+"""Preemption signals and writer failures: a checkpoint at the signal, an exact resume, no hang."""
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from keynorm_jax.storage import disk
+from keynorm_jax.training import loop as training
+from keynorm_jax.training import metrics_writer, preemption, sharding
+from train_helpers import checkpoint_steps, losses, tiny_config
+from faults.helpers import REPO
+
+
+def _signal_at_step(monkeypatch, step: int, signals: tuple):
+  """Sends `signals` to this process while the batch of `step` is placed (mid-run)."""
+  real, calls = sharding.global_batch, []
+
+  def global_batch(*args):
+    calls.append(1)
+    if len(calls) == step:
+      for sig in signals:
+        os.kill(os.getpid(), sig)
+    return real(*args)
+
+  monkeypatch.setattr(sharding, "global_batch", global_batch)
+
+
+pytestmark = pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                                reason="signal handlers can only be installed in the main thread")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_saves_at_the_step_in_flight_and_resumes_exactly(straight_run, tmp_path, data_dir,
+                                                                monkeypatch, capfd, sig):
+  config = tiny_config(data_dir=data_dir)
+  handlers = {s: signal.getsignal(s) for s in preemption.SIGNALS}
+  with monkeypatch.context() as patch:
+    _signal_at_step(patch, 4, (sig,))
+    with pytest.raises(preemption.Preempted, match=rf"^Stopped by {sig.name} after step 4: "
+                                                    rf"checkpoint 4 is saved in .*checkpoints\. "
+                                                    rf"Run the same command again to resume\.$"):
+      training.train_and_evaluate(config, tmp_path)
+  assert f"{sig.name} received: saving a checkpoint at the end of this step" in capfd.readouterr().err
+  assert checkpoint_steps(tmp_path) == [3, 4]                 # the regular one and the signal's
+  assert {s: signal.getsignal(s) for s in preemption.SIGNALS} == handlers  # restored
+  training.train_and_evaluate(config, tmp_path)
+  assert losses(tmp_path) == losses(straight_run)             # nothing redone differs
+
+
+def test_cli_sigterm_exits_75_with_one_line(tmp_path, data_dir):
+  workdir = tmp_path / "run"
+  process = subprocess.Popen(
+      [sys.executable, str(REPO / "train.py"), "--config=kna_rope", "--config.model_size=tiny",
+       "--config.train_length=32", "--config.num_train_steps=100000",
+       "--config.checkpoint_every_steps=100000", "--config.log_every_steps=1",
+       f"--config.data.data_dir={data_dir}", f"--workdir={workdir}"],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  deadline = time.monotonic() + 120
+  while not (workdir / "metrics.jsonl").is_file() or \
+      (workdir / "metrics.jsonl").read_text().count("\n") < 2:   # mid-run: steps are logged
+    assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+    time.sleep(0.1)
+  process.send_signal(signal.SIGTERM)
+  _, err = process.communicate(timeout=60)
+  assert process.returncode == preemption.PREEMPTED_EXIT_CODE == 75, err[-2000:]
+  assert "Traceback" not in err
+  last = err.strip().splitlines()[-1]
+  assert last.startswith("Stopped by SIGTERM after step ") and last.endswith("to resume.")
+  step = int(last.split("after step ")[1].split(":")[0])
+  assert step >= 2 and checkpoint_steps(workdir) == [step]
+
+
+def test_a_second_signal_stops_at_once(monkeypatch):
+  raised = []
+  monkeypatch.setattr(signal, "raise_signal", raised.append)
+  with preemption.Watch() as watch:
+    assert not watch.stop_at(1)
+    watch._handle(signal.SIGTERM, None)  # pylint: disable=protected-access
+    assert watch.stop_at(2) and raised == []
+    watch._handle(signal.SIGINT, None)  # pylint: disable=protected-access
+    assert raised == [signal.SIGINT]                              # its default action, now
+    assert signal.getsignal(signal.SIGINT) == signal.SIG_DFL
+  assert signal.getsignal(signal.SIGINT) is not signal.SIG_DFL   # the handler before, restored
+
+
+@pytest.mark.parametrize("failing", ["tensorboard", "metrics"])
+def test_a_failing_metrics_writer_ends_the_run_in_one_line(straight_run, tmp_path, data_dir,
+                                                           monkeypatch, failing):
+  """A full disk met by the TensorBoard or metrics.jsonl writer mid-run: DiskError at once (no
+  thread to wait on), the checkpoint before it intact, and the run resumes exactly."""
+  calls = []
+
+  def full(*_):
+    calls.append(1)
+    if len(calls) == 5:
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  with monkeypatch.context() as patch:
+    if failing == "tensorboard":
+      real_write = metrics_writer.TensorBoardEvents.write
+      patch.setattr(metrics_writer.TensorBoardEvents, "write",
+                    lambda self, *a: full() or real_write(self, *a))
+    else:
+      real_write = metrics_writer.MetricsWriter.write
+      patch.setattr(metrics_writer.MetricsWriter, "write",
+                    lambda self, *a: full() or real_write(self, *a))
+    started = time.monotonic()
+    with pytest.raises(disk.DiskError, match=r"^The disk under .* is full .*No space left on "
+                                             r"device.*the last checkpoint is intact"):
+      training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
+    assert time.monotonic() - started < 60
+  assert checkpoint_steps(tmp_path) == [3]
+  training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
+  assert losses(tmp_path) == losses(straight_run)

@@ -1,0 +1,77 @@
+"""Refused runs leave nothing behind; odd files in the workdir get one line, never a traceback."""
+
+import errno
+import os
+
+import pytest
+
+from keynorm_jax import run_config
+from keynorm_jax.errors import ConfigError
+from keynorm_jax.storage import disk, workdir_lock
+from keynorm_jax.training import loop as training
+from keynorm_jax.training import metrics_writer
+from train_helpers import copy_run, losses, tiny_config
+
+
+@pytest.mark.parametrize("change", [
+    {"grad_clip_norm": -1.0},                                      # refused by the field table
+    {"data.dataset": "text_folder", "data.text_folder": "/no/such/folder"},  # by the data loader
+])
+def test_a_refused_run_leaves_no_workdir_behind(tmp_path, data_dir, change):
+  config = tiny_config(data_dir=data_dir)
+  config.update_from_flattened_dict(change)
+  with pytest.raises((ConfigError, ValueError)):
+    training.train_and_evaluate(config, tmp_path / "new" / "run")
+  assert not (tmp_path / "new" / "run").exists()
+
+
+def test_a_refusal_in_an_existing_workdir_keeps_it(straight_run, tmp_path, data_dir):
+  workdir = copy_run(straight_run, tmp_path)
+  before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
+  config = tiny_config(data_dir=data_dir, seed=1)       # refused after the workdir is locked
+  with pytest.raises(ConfigError, match="holds a run with a different config: seed"):
+    training.train_and_evaluate(config, workdir)
+  assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
+
+
+def test_lock_file_that_is_a_folder_is_one_line(tmp_path, data_dir):
+  (tmp_path / "train.lock").mkdir()
+  with pytest.raises(workdir_lock.WorkdirBusyError,
+                     match=r"^Cannot open the lock file .*train.lock \(Is a directory\): it must "
+                           r"be a writable file\. Remove what is there"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
+
+
+def test_read_only_tensorboard_folder_is_one_line(tmp_path, data_dir, monkeypatch):
+  """Read-only is injected as the EROFS a read-only mount gives (chmod does not stop root)."""
+  real = metrics_writer.EventsWriter.__init__
+
+  def read_only(self, prefix, *args):
+    if "tensorboard" in prefix:
+      raise OSError(errno.EROFS, os.strerror(errno.EROFS), prefix)
+    real(self, prefix, *args)
+
+  monkeypatch.setattr(metrics_writer.EventsWriter, "__init__", read_only)
+  with pytest.raises(disk.DiskError, match=r"^Cannot write .*tensorboard/events \(Read-only file "
+                                           r"system\); the last checkpoint is intact\. Make it "
+                                           r"writable"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
+
+
+def test_non_utf8_metrics_line_is_dropped_with_a_warning(straight_run, tmp_path, data_dir, capsys):
+  workdir = copy_run(straight_run, tmp_path, drop_steps=[6])
+  lines = (workdir / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+  lines[1] = b'{"step": 2, "loss": \xff}\n'                       # a flipped byte in line 2
+  (workdir / "metrics.jsonl").write_bytes(b"".join(lines))
+  training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
+  assert (f"WARNING: {workdir.resolve() / 'metrics.jsonl'}: dropped unreadable line 2 (not a JSON "
+          f"object)." in capsys.readouterr().out)
+  assert losses(workdir) == [s for s in losses(straight_run) if s[0] != 2]
+
+
+def test_config_file_whose_get_config_returns_a_dict_is_one_line(tmp_path):
+  path = tmp_path / "mine.py"
+  path.write_text("def get_config():\n  return {'name': 'x'}\n")
+  with pytest.raises(ConfigError, match=r"mine.py: get_config\(\) returned a dict, not an "
+                                        r"ml_collections.ConfigDict"):
+    run_config.load_config(str(path))
