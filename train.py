@@ -23,9 +23,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from keynorm_jax import run_config
-from keynorm_jax.errors import KeynormError
-from keynorm_jax.training.preemption import Preempted
+from keynorm_jax import cli, run_config
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config name or file.",
                                           lock_config=True)
@@ -81,15 +79,9 @@ def main(argv):
   from keynorm_jax.training.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
   config = _CONFIG.value
-  try:
-    train_and_evaluate(config, _WORKDIR.value or f"runs/{config.name}",
-                       allow_config_change=_ALLOW_CHANGE.value,
-                       trust_unverified=_TRUST_UNVERIFIED.value)
-  except Preempted as e:
-    print(e, file=sys.stderr, flush=True)
-    sys.exit(e.exit_code)
-  except (KeynormError, ValueError, RuntimeError, FloatingPointError) as e:  # config, data,
-    sys.exit(f"error: {type(e).__name__}: {e}")                  # checkpoint, NaN, disk, lock
+  cli.run_or_exit(lambda: train_and_evaluate(  # one line for the user's errors; preempted: 75
+      config, _WORKDIR.value or f"runs/{config.name}", allow_config_change=_ALLOW_CHANGE.value,
+      trust_unverified=_TRUST_UNVERIFIED.value))
 
 
 if __name__ == "__main__":

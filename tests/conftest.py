@@ -1,14 +1,30 @@
-"""Test set-up: 8 simulated CPU devices (for the multi-device checks), set before JAX starts."""
+"""Test set-up: 8 simulated CPU devices (for the multi-device checks) and XLA flags, set before JAX
+starts; a compilation cache per test process."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
-_DEVICES_FLAG = "--xla_force_host_platform_device_count=8"
-if _DEVICES_FLAG not in os.environ.get("XLA_FLAGS", ""):  # xdist's workers inherit it set
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _DEVICES_FLAG).strip()
+# 8 simulated devices; and LLVM's -O0 for the CPU code XLA emits: the tests' models are tiny, so
+# compiling dominates their time, and -O0 compiles about 20% faster (XLA's own HLO passes, and so
+# every program the tests inspect, are unchanged).
+for _flag in ("--xla_force_host_platform_device_count=8", "--xla_backend_optimization_level=0"):
+  if _flag not in os.environ.get("XLA_FLAGS", ""):  # xdist's workers inherit them set
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
-import pytest  # noqa: E402  (after the environment is set)
+import jax  # noqa: E402  (after the environment is set)
+import pytest  # noqa: E402
+
+# Many tests train the same tiny models, whose jit compiles dominate their time: one persistent
+# compilation cache per test process (each xdist worker imports this file), set before the first
+# compile (JAX decides at its first compile whether a process uses the cache).
+_CACHE = tempfile.mkdtemp(prefix="keynorm_jax_test_cache_")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+jax.config.update("jax_compilation_cache_dir", _CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
 
 
 @pytest.fixture(scope="session")

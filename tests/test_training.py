@@ -139,13 +139,6 @@ def _train_cli(args, cwd):
                         capture_output=True, text=True, timeout=300)
 
 
-def test_cli_trains_with_bare_config_name_and_default_workdir(tmp_path, data_dir):
-  result = _train_cli(["--config=kna_rope", "--config.model_size=tiny", "--config.train_length=32",
-                       "--config.num_train_steps=2", f"--config.data.data_dir={data_dir}"], tmp_path)
-  assert result.returncode == 0, result.stderr[-2000:]
-  assert [m["step"] for m in read_metrics(tmp_path / "runs" / "kna_rope")] == [2]
-
-
 @pytest.mark.parametrize("args, message", [
     (["--config=kna_alibi", "--config.model.position_options.slopes=1"], "slopes"),
     (["--config=kna_alibi", "--config.model.position=rotary"], "model.position must be one of nope, rope,"),

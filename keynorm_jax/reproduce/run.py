@@ -17,7 +17,7 @@ import time
 from absl import flags, logging
 import jax
 
-from keynorm_jax import run_config
+from keynorm_jax import cli, run_config
 from keynorm_jax.data.corpora import check_data_dir
 from keynorm_jax.errors import ConfigError, KeynormError
 from keynorm_jax.evaluation.command import make_columns
@@ -191,9 +191,7 @@ def main(argv):
     check_paths(runs_dir=runs_dir, output=output, data_dir=_DATA_DIR.value)
   except (KeynormError, ValueError, RuntimeError) as e:
     sys.exit(f"error: {e}")
-  try:
-    page = reproduce(_SCALE.value, runs_dir=runs_dir, output=output, variants=_VARIANTS.value,
-                     steps=_STEPS.value, data_dir=_DATA_DIR.value, architecture=architecture)
-  except (ValueError, RuntimeError) as e:  # config, data, checkpoint, disk: as train.py
-    sys.exit(f"error: {type(e).__name__}: {e}")
+  page = cli.run_or_exit(lambda: reproduce(  # as train.py (preemption: exit 75)
+      _SCALE.value, runs_dir=runs_dir, output=output, variants=_VARIANTS.value, steps=_STEPS.value,
+      data_dir=_DATA_DIR.value, architecture=architecture))
   print(f"Results page: {page}")

@@ -159,9 +159,11 @@ class RunCheckpoints:
       checksums.verify(step_dir)
     except checksums.Unverified as e:
       if not self.trust_unverified:
-        raise checksums.Unverified(
-            step_dir, f"{e.problem}; if you know its bytes are sound, pass "
-            f"--trust_unverified_checkpoints to restore it") from None
+        how = ("pass --trust_unverified_checkpoints to restore it" if self.read_only else
+               f"move it back into {self.directory} and run again with "
+               f"--trust_unverified_checkpoints")
+        raise checksums.Unverified(step_dir, f"{e.problem}; if you know its bytes are sound, "
+                                             f"{how}") from None
       self.warn(f"Note: {e}; restoring it unverified (--trust_unverified_checkpoints).")
 
   def restore_latest(self, state_args=None, *, with_data: bool = False, verify: bool = True):

@@ -9,8 +9,9 @@ before the step is restored. A step whose manifest is missing, empty or unreadab
 """
 
 import hashlib
-import os
 import pathlib
+
+from keynorm_jax.storage.atomic import write_atomically
 
 MANIFEST = "_SHA256SUMS"
 
@@ -51,14 +52,7 @@ def write_manifest(step_dir) -> pathlib.Path:
   step_dir = pathlib.Path(step_dir)
   lines = "".join(f"{_sha256(p)}  {p.relative_to(step_dir).as_posix()}\n"
                   for p in _files(step_dir))
-  target = step_dir / MANIFEST
-  partial = step_dir / f"{MANIFEST}.partial"
-  with partial.open("w") as f:
-    f.write(lines)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(partial, target)
-  return target
+  return write_atomically(step_dir / MANIFEST, lines)
 
 
 def _listing(step_dir: pathlib.Path) -> dict:

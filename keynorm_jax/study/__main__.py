@@ -17,6 +17,7 @@ import sys
 
 from absl import app, flags, logging
 
+from keynorm_jax import cli
 from keynorm_jax.data.corpora import check_data_dir
 from keynorm_jax.errors import ConfigError, KeynormError
 from keynorm_jax.storage import disk
@@ -94,10 +95,7 @@ def main(argv):
   except (KeynormError, ValueError, RuntimeError) as e:
     sys.exit(f"error: {e}")
   provenance()  # the code this process runs, read before any run starts
-  try:
-    _run_plan(entries, store)
-  except (ValueError, RuntimeError) as e:  # config, data, checkpoint, disk: as train.py
-    sys.exit(f"error: {type(e).__name__}: {e}")
+  cli.run_or_exit(lambda: _run_plan(entries, store))  # as train.py (preemption: exit 75)
   if _SHARD.value and not _REPORT_ONLY.value:
     print(f"Shard {_SHARD.value} done; when every shard is, rebuild the report with --report_only.")
     return

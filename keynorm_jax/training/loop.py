@@ -5,14 +5,13 @@ norm, parameter or eval loss stops it before anything non-finite is saved; a che
 corrupt or cut off is set aside and the one before is used; a second process on the same workdir
 is refused; a kill -9 at any moment loses only the steps since the last checkpoint; a full disk
 or an unwritable workdir ends it with one line, the last checkpoint intact; SIGTERM or SIGINT
-saves a checkpoint at the step in flight and stops (preemption.py); a run refused before its first
-step leaves no workdir behind (if it created it).
+saves a checkpoint at the step in flight and stops (preemption.py); a run reads its data before it
+creates its workdir, so a refused run leaves no folder behind.
 """
 
+import errno
 import json
 import math
-import pathlib
-import shutil
 import time
 
 from absl import logging
@@ -160,48 +159,33 @@ def train_and_evaluate(config, workdir, *, stop_after_steps=None, allow_config_c
   config_changes.check_allowed_names(allow_config_change)
   mesh = sharding.make_mesh(config.num_devices, config.fsdp)
   run_config.validate(config, mesh.size)
-  created = not pathlib.Path(workdir).exists()
-  try:
-    workdir = disk.ensure_writable(workdir, what="the workdir",
-                                   fix="choose a writable --workdir").resolve()
-    with workdir_lock.hold(workdir), preemption.Watch() as watch:
-      try:
-        checkpoints = RunCheckpoints(workdir, trust_unverified=trust_unverified)
-        return _train(config, user_config, checkpoints, mesh, stop_after_steps,
-                      allow_config_change, watch)
-      except OSError as e:
-        raise _disk_error(e, workdir) from None
-  except BaseException:
-    if created:
-      _remove_if_nothing_done(pathlib.Path(workdir))
-    raise
+  # The data is read before the workdir is created, so a data refusal leaves no folder behind
+  # (and every process of a multi-host run takes the same steps, whatever each one sees on disk).
+  tokens = _tokens(config, "train"), _tokens(config, "validation")
+  workdir = disk.ensure_writable(workdir, what="the workdir",
+                                 fix="choose a writable --workdir").resolve()
+  with workdir_lock.hold(workdir), preemption.Watch() as watch:
+    try:
+      checkpoints = RunCheckpoints(workdir, trust_unverified=trust_unverified)
+      return _train(config, user_config, checkpoints, mesh, stop_after_steps,
+                    allow_config_change, watch, tokens)
+    except OSError as e:
+      if disk.is_disk_full(e):
+        raise disk.DiskError(f"The disk under {workdir} is full ({e}); the last checkpoint is "
+                             f"intact. Free some space and run the same command again to "
+                             f"resume.") from None
+      if e.errno in _UNWRITABLE:
+        raise disk.DiskError(f"Cannot write {e.filename or workdir} ({e.strerror}); the last "
+                             f"checkpoint is intact. Make it writable (or pass another "
+                             f"--workdir) and run the same command again.") from None
+      raise
 
 
-def _disk_error(error: OSError, workdir) -> disk.DiskError:
-  """One line for a file of the run that could not be written (a full disk or another reason)."""
-  if disk.is_disk_full(error):
-    return disk.DiskError(f"The disk under {workdir} is full ({error}); the last checkpoint is "
-                          f"intact. Free some space and run the same command again to resume.")
-  where = error.filename or workdir
-  return disk.DiskError(f"Cannot write {where} ({error.strerror or type(error).__name__}); the "
-                        f"last checkpoint is intact. Make it writable (or pass another --workdir) "
-                        f"and run the same command again.")
+_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR)
 
 
-def _remove_if_nothing_done(workdir: pathlib.Path) -> None:
-  """Removes a workdir this run created if it holds no checkpoint and no logged step (a run
-  refused before its first step), so a refusal leaves nothing behind."""
-  if not workdir.is_dir() or jax.process_index() != 0:
-    return
-  if any((workdir / name).exists() for name in ("checkpoints", "corrupt_checkpoints")):
-    return
-  metrics = workdir / "metrics.jsonl"
-  if metrics.exists() and metrics.stat().st_size:
-    return
-  shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_config_change, watch):
+def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_config_change, watch,
+           tokens):
   workdir = checkpoints.workdir
   is_main = jax.process_index() == 0
   saved = _saved_config(workdir)  # checked before anything is restored, moved or loaded
@@ -209,7 +193,7 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
     config_changes.resume_changes(saved.config_dict, saved.history, user_config,
                                   config.to_dict(), allow_config_change, workdir)
 
-  train_tokens, validation_tokens = _tokens(config, "train"), _tokens(config, "validation")
+  train_tokens, validation_tokens = tokens
   dataset = train_dataset(train_tokens, train_length=config.train_length,
                           global_batch_size=config.batch_size, seed=config.seed,
                           process_index=jax.process_index(), process_count=jax.process_count(),

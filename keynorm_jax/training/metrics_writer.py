@@ -15,14 +15,15 @@ Safe against a run being killed at any moment:
 """
 
 import json
-import os
 import pathlib
-
+import socket
 import time
 
-from tensorboardX.event_file_writer import EventsWriter
+from tensorboardX.record_writer import RecordWriter
 from tensorboardX.proto.event_pb2 import Event, SessionLog
 from tensorboardX.summary import scalar
+
+from keynorm_jax.storage.atomic import write_atomically
 
 
 def _print(message: str) -> None:
@@ -53,21 +54,28 @@ class TensorBoardEvents:
 
   def __init__(self, logdir: pathlib.Path, *, purge_step: int | None = None):
     logdir.mkdir(parents=True, exist_ok=True)
-    self._writer = EventsWriter(str(logdir / "events"))
+    name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
+    self._file = RecordWriter(str(logdir / name))
+    self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
     if purge_step is not None:  # what TensorBoard reads as "forget the steps from here on"
-      self._writer.write_event(Event(step=purge_step, file_version="brain.Event:2"))
-      self._writer.write_event(Event(step=purge_step,
-                                     session_log=SessionLog(status=SessionLog.START)))
-    self._writer.flush()
+      self._write(Event(step=purge_step, file_version="brain.Event:2"))
+      self._write(Event(step=purge_step, session_log=SessionLog(status=SessionLog.START)))
+    self._file.flush()
+
+  def _write(self, event: Event) -> None:
+    self._file.write(event.SerializeToString())
 
   def write(self, step: int, scalars: dict) -> None:
     now = time.time()
     for key, value in scalars.items():
-      self._writer.write_event(Event(wall_time=now, step=step, summary=scalar(key, value)))
-    self._writer.flush()
+      self._write(Event(wall_time=now, step=step, summary=scalar(key, value)))
+    self._file.flush()
 
   def close(self) -> None:
-    self._writer.close()
+    try:
+      self._file.flush()
+    finally:
+      self._file.close()  # even when the flush failed (a full disk): no open file is left
 
 
 class MetricsWriter:
@@ -79,12 +87,7 @@ class MetricsWriter:
     workdir = pathlib.Path(workdir)
     self.path = workdir / "metrics.jsonl"
     kept = [m for m in read_metrics(workdir, warn=warn) if m.get("step", 0) <= resume_step]
-    partial = workdir / "metrics.jsonl.partial"
-    with partial.open("w") as f:
-      f.write("".join(json.dumps(m) + "\n" for m in kept))
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(partial, self.path)
+    write_atomically(self.path, "".join(json.dumps(m) + "\n" for m in kept))
     logdir = workdir / "tensorboard"
     earlier = logdir.is_dir() and any(logdir.glob("events.out.tfevents.*"))
     self.tensorboard = TensorBoardEvents(logdir, purge_step=resume_step + 1 if earlier else None)

@@ -121,8 +121,10 @@ def test_checkpoint_without_a_usable_manifest_is_not_trusted(straight_run, tmp_p
                                          warn=warnings.append).restore_latest()
   assert trusted.step == 6 and "restoring it unverified" in warnings[-1]
   training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
-  assert f"checkpoint 6 is unusable ({step_dir.resolve()} cannot be verified: {problem}" in \
-      capsys.readouterr().out
+  out = capsys.readouterr().out
+  assert f"checkpoint 6 is unusable ({step_dir.resolve()} cannot be verified: {problem}" in out
+  assert (f"move it back into {(workdir / 'checkpoints').resolve()} and run again with "
+          f"--trust_unverified_checkpoints") in out
   (aside,) = (workdir / "corrupt_checkpoints").iterdir()
   assert aside.name.startswith("6-")
   kept = aside / checksums.MANIFEST                                  # not rewritten over its bytes
@@ -130,6 +132,13 @@ def test_checkpoint_without_a_usable_manifest_is_not_trusted(straight_run, tmp_p
       "deleted": None, "emptied": b"", "unreadable": b"\xff\xfe"}[manifest]
   assert losses(workdir) == losses(straight_run)
   checksums.verify(workdir / "checkpoints" / "6")                   # the new 6 is listed
+  shutil.rmtree(step_dir)             # the advice, followed for a sound step 6 without manifest
+  shutil.copytree(straight_run / "checkpoints" / "6", step_dir)
+  (step_dir / checksums.MANIFEST).unlink()
+  training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir, trust_unverified=True)
+  assert "restoring it unverified (--trust_unverified_checkpoints)" in capsys.readouterr().out
+  assert checkpoint_steps(workdir) == [3, 6] and len(list(aside.parent.iterdir())) == 1
+  assert not (step_dir / checksums.MANIFEST).exists()                # still not listed
 
 
 def test_a_file_left_out_of_the_manifest_is_a_mismatch(straight_run, tmp_path):

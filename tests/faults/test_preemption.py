@@ -53,13 +53,14 @@ def test_signal_saves_at_the_step_in_flight_and_resumes_exactly(straight_run, tm
   assert losses(tmp_path) == losses(straight_run)             # nothing redone differs
 
 
-def test_cli_sigterm_exits_75_with_one_line(tmp_path, data_dir):
-  workdir = tmp_path / "run"
+def test_cli_trains_a_bare_config_name_in_its_default_workdir_and_sigterm_exits_75(tmp_path,
+                                                                                  data_dir):
+  workdir = tmp_path / "runs" / "kna_rope"                        # --workdir left to its default
   process = subprocess.Popen(
       [sys.executable, str(REPO / "train.py"), "--config=kna_rope", "--config.model_size=tiny",
        "--config.train_length=32", "--config.num_train_steps=100000",
        "--config.checkpoint_every_steps=100000", "--config.log_every_steps=1",
-       f"--config.data.data_dir={data_dir}", f"--workdir={workdir}"],
+       f"--config.data.data_dir={data_dir}"], cwd=tmp_path,
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   deadline = time.monotonic() + 120
   while not (workdir / "metrics.jsonl").is_file() or \
@@ -74,19 +75,23 @@ def test_cli_sigterm_exits_75_with_one_line(tmp_path, data_dir):
   assert last.startswith("Stopped by SIGTERM after step ") and last.endswith("to resume.")
   step = int(last.split("after step ")[1].split(":")[0])
   assert step >= 2 and checkpoint_steps(workdir) == [step]
+  assert [s for s, _ in losses(workdir)] == list(range(1, step + 1))
 
 
-def test_a_second_signal_stops_at_once(monkeypatch):
+def test_after_the_first_signal_the_next_one_is_the_kernels(monkeypatch):
+  """The first signal restores both default actions, so a second one stops the process at once
+  even while Python waits in native code; a second one that reaches the handler re-raises."""
   raised = []
   monkeypatch.setattr(signal, "raise_signal", raised.append)
+  before = {s: signal.getsignal(s) for s in preemption.SIGNALS}
   with preemption.Watch() as watch:
     assert not watch.stop_at(1)
     watch._handle(signal.SIGTERM, None)  # pylint: disable=protected-access
     assert watch.stop_at(2) and raised == []
+    assert all(signal.getsignal(s) == signal.SIG_DFL for s in preemption.SIGNALS)
     watch._handle(signal.SIGINT, None)  # pylint: disable=protected-access
-    assert raised == [signal.SIGINT]                              # its default action, now
-    assert signal.getsignal(signal.SIGINT) == signal.SIG_DFL
-  assert signal.getsignal(signal.SIGINT) is not signal.SIG_DFL   # the handler before, restored
+    assert raised == [signal.SIGINT]
+  assert {s: signal.getsignal(s) for s in preemption.SIGNALS} == before   # restored on exit
 
 
 @pytest.mark.parametrize("failing", ["tensorboard", "metrics"])
@@ -98,14 +103,14 @@ def test_a_failing_metrics_writer_ends_the_run_in_one_line(straight_run, tmp_pat
 
   def full(*_):
     calls.append(1)
-    if len(calls) == 5:
+    if len(calls) >= 5:                                          # and the disk stays full
       raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
   with monkeypatch.context() as patch:
-    if failing == "tensorboard":
-      real_write = metrics_writer.TensorBoardEvents.write
-      patch.setattr(metrics_writer.TensorBoardEvents, "write",
-                    lambda self, *a: full() or real_write(self, *a))
+    if failing == "tensorboard":                                 # its flush, as a full disk fails
+      real_flush = metrics_writer.RecordWriter.flush
+      patch.setattr(metrics_writer.RecordWriter, "flush",
+                    lambda self: full() or real_flush(self))
     else:
       real_write = metrics_writer.MetricsWriter.write
       patch.setattr(metrics_writer.MetricsWriter, "write",
@@ -115,6 +120,9 @@ def test_a_failing_metrics_writer_ends_the_run_in_one_line(straight_run, tmp_pat
                                              r"device.*the last checkpoint is intact"):
       training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
     assert time.monotonic() - started < 60
+  open_files = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                if os.path.exists(f"/proc/self/fd/{fd}")]
+  assert not [f for f in open_files if f.startswith(str(tmp_path))]   # both files were closed
   assert checkpoint_steps(tmp_path) == [3]
   training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
   assert losses(tmp_path) == losses(straight_run)

@@ -44,15 +44,16 @@ def test_lock_file_that_is_a_folder_is_one_line(tmp_path, data_dir):
 
 def test_read_only_tensorboard_folder_is_one_line(tmp_path, data_dir, monkeypatch):
   """Read-only is injected as the EROFS a read-only mount gives (chmod does not stop root)."""
-  real = metrics_writer.EventsWriter.__init__
+  real = metrics_writer.RecordWriter.__init__
 
-  def read_only(self, prefix, *args):
-    if "tensorboard" in prefix:
-      raise OSError(errno.EROFS, os.strerror(errno.EROFS), prefix)
-    real(self, prefix, *args)
+  def read_only(self, path, *args):
+    if "tensorboard" in path:
+      raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+    real(self, path, *args)
 
-  monkeypatch.setattr(metrics_writer.EventsWriter, "__init__", read_only)
-  with pytest.raises(disk.DiskError, match=r"^Cannot write .*tensorboard/events \(Read-only file "
+  monkeypatch.setattr(metrics_writer.RecordWriter, "__init__", read_only)
+  with pytest.raises(disk.DiskError, match=r"^Cannot write .*tensorboard/events.out.tfevents\S* "
+                                           r"\(Read-only file "
                                            r"system\); the last checkpoint is intact\. Make it "
                                            r"writable"):
     training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
