@@ -30,6 +30,8 @@ def ensure_writable(folder, *, what: str, fix: str) -> pathlib.Path:
   permissions are all caught, as are paths under a regular file.
   """
   folder = pathlib.Path(folder)
+  if folder.exists() and not folder.is_dir():
+    raise DiskError(f"Cannot write to {what} {folder}: it is a file, not a folder; {fix}.")
   try:
     folder.mkdir(parents=True, exist_ok=True)
     _probe(folder)

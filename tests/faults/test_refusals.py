@@ -76,3 +76,10 @@ def test_config_file_whose_get_config_returns_a_dict_is_one_line(tmp_path):
   with pytest.raises(ConfigError, match=r"mine.py: get_config\(\) returned a dict, not an "
                                         r"ml_collections.ConfigDict"):
     run_config.load_config(str(path))
+
+
+def test_a_file_where_a_folder_is_wanted_is_named_as_such(tmp_path):
+  (tmp_path / "afile").write_text("")
+  with pytest.raises(disk.DiskError, match=r"^Cannot write to the workdir .*afile: it is a file, "
+                                           r"not a folder; choose a writable --workdir\.$"):
+    disk.ensure_writable(tmp_path / "afile", what="the workdir", fix="choose a writable --workdir")
