@@ -15,7 +15,8 @@ import sys
 from absl import app, flags, logging
 
 from keynorm_jax.data.retrieval import DEFAULT_DEPTHS
-from keynorm_jax.errors import ConfigError, KeynormError
+from keynorm_jax import cli
+from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.command import (check_eval_options, check_tasks, evaluate_workdir,
                                             make_columns)
 from keynorm_jax.positions import INFERENCE_METHODS
@@ -78,28 +79,28 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  try:
-    check_eval_options(factor=_KNOBS["factor"].value, batch_size=_BATCH_SIZE.value,
-                       num_prompts=_NUM_PROMPTS.value, num_windows=_NUM_WINDOWS.value,
-                       repeat_period=_REPEAT_PERIOD.value, workdir=_WORKDIR.value,
-                       output=_OUTPUT.value)
-    lengths = _numbers(_LENGTHS, int, [_LENGTH.value])
-    depths = _numbers(_DEPTHS, float, DEFAULT_DEPTHS)
-    tasks = check_tasks(_TASKS.value)
-    columns = make_columns(_METHODS.value, posthoc_logn=_POSTHOC_LOGN.value,
-                           **{name: flag.value for name, flag in _KNOBS.items()})
-  except ValueError as e:
-    sys.exit(f"error: {e}")
-  try:
-    records, failures, _ = evaluate_workdir(
-        _WORKDIR.value, lengths=lengths, columns=columns, num_windows=_NUM_WINDOWS.value,
-        batch_size=_BATCH_SIZE.value, output=_OUTPUT.value, diagnostics=_DIAGNOSTICS.value,
-        repeat_period=_REPEAT_PERIOD.value, tasks=tasks, depths=depths,
-        num_prompts=_NUM_PROMPTS.value, trust_unverified=_TRUST_UNVERIFIED.value)
-  except (KeynormError, ValueError, RuntimeError) as e:  # no runs, output folder, output files
-    sys.exit(f"error: {e}")
+  # Bad options, no runs, an unwritable output folder or files: `error: <message>`, one line.
+  records, failures, _ = cli.run_or_exit(_evaluate, name_type=False)
   if failures or not records:
     sys.exit(1)
+
+
+def _evaluate():
+  """Checks every option, then evaluates: evaluate_workdir's (records, failures, paths)."""
+  check_eval_options(factor=_KNOBS["factor"].value, batch_size=_BATCH_SIZE.value,
+                     num_prompts=_NUM_PROMPTS.value, num_windows=_NUM_WINDOWS.value,
+                     repeat_period=_REPEAT_PERIOD.value, workdir=_WORKDIR.value,
+                     output=_OUTPUT.value)
+  lengths = _numbers(_LENGTHS, int, [_LENGTH.value])
+  depths = _numbers(_DEPTHS, float, DEFAULT_DEPTHS)
+  tasks = check_tasks(_TASKS.value)
+  columns = make_columns(_METHODS.value, posthoc_logn=_POSTHOC_LOGN.value,
+                         **{name: flag.value for name, flag in _KNOBS.items()})
+  return evaluate_workdir(
+      _WORKDIR.value, lengths=lengths, columns=columns, num_windows=_NUM_WINDOWS.value,
+      batch_size=_BATCH_SIZE.value, output=_OUTPUT.value, diagnostics=_DIAGNOSTICS.value,
+      repeat_period=_REPEAT_PERIOD.value, tasks=tasks, depths=depths,
+      num_prompts=_NUM_PROMPTS.value, trust_unverified=_TRUST_UNVERIFIED.value)
 
 
 if __name__ == "__main__":

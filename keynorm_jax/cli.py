@@ -1,21 +1,37 @@
-"""What the training entry points (train.py, reproduce, study) do with the errors a run ends on."""
+"""What the entry points (train.py, eval.py, reproduce, study) do with their input and with the
+errors a run ends on."""
 
 import sys
 
-from keynorm_jax.errors import KeynormError
+from keynorm_jax.errors import ConfigError, KeynormError
 from keynorm_jax.training.preemption import Preempted
 
 # The errors the user can cause and fix (config, data, checkpoints, NaN, disk, lock): one line.
 USER_ERRORS = (KeynormError, ValueError, RuntimeError, FloatingPointError)
 
 
-def run_or_exit(work):
+def run_or_exit(work, *, name_type: bool = True):
   """Returns work(); a preempted run prints its line and exits with its code (75), the user's
-  errors exit with `error: <type>: <message>`, and anything else (a bug) keeps its traceback."""
+  errors exit with `error: <type>: <message>` (`error: <message>` without name_type: for the
+  refusals of bad options, whose message names the flag), and anything else (a bug) keeps its
+  traceback."""
   try:
     return work()
   except Preempted as e:
     print(e, file=sys.stderr, flush=True)
     sys.exit(e.exit_code)
   except USER_ERRORS as e:
-    sys.exit(f"error: {type(e).__name__}: {e}")
+    sys.exit(f"error: {type(e).__name__}: {e}" if name_type else f"error: {e}")
+
+
+def refuse_arguments(argv) -> None:
+  """Exits with one line for positional arguments (every option of these commands is a flag)."""
+  if len(argv) > 1:
+    sys.exit(f"error: unexpected arguments {' '.join(argv[1:])}; every option is a --flag.")
+
+
+def check_folder_flags(**folders) -> None:
+  """ConfigError for a folder flag given empty (--name=), which would otherwise mean "here"."""
+  for name, value in folders.items():
+    if value == "":
+      raise ConfigError(f"--{name} is empty; pass a folder, or leave it unset for its default.")

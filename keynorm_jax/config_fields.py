@@ -1,8 +1,9 @@
 """Every config field's type and valid range, in one table, checked before any work.
 
 `FIELDS` maps each dotted key of configs/base.py to a `Field` (0 is allowed where it means "from
-the model_size preset" or another default, which run_config.resolve fills in); tests/test_config_fields.py fails for a key of the base config that has
-no entry here, so a new field cannot be added without its check. A position method's own knobs
+the model_size preset" or another default, which run_config.resolve fills in);
+tests/test_config_fields.py fails for a key of the base config that has no entry here, so a new
+field cannot be added without its check. A position method's own knobs
 (`model.position_options.*`) are checked by the method (keynorm_jax/positions/). Rules between
 fields (e.g. the retrieval episode's length) live in run_config.validate, which calls `check`.
 """
@@ -154,25 +155,30 @@ def fields() -> dict:
   return {**FIELDS, **_model_fields()}
 
 
+_OWN_KNOBS = "model.position_options."  # checked by the position method (see the docstring)
+
+
 def leaves(config, prefix: str = "") -> dict:
-  """{dotted key: value} of every field, without the position method's own knobs."""
+  """{dotted key: value} of every field, e.g. {'train_length': 512, 'data.dataset': 'kjv'}."""
   out = {}
   for key, value in config.items():
-    name = f"{prefix}{key}"
-    if name == "model.position_options":
-      continue
     if hasattr(value, "items"):
-      out.update(leaves(value, f"{name}."))
+      out.update(leaves(value, f"{prefix}{key}."))
     else:
-      out[name] = value
+      out[f"{prefix}{key}"] = value
   return out
+
+
+def checked_leaves(config) -> dict:
+  """leaves() without the position method's own knobs: the fields this table checks."""
+  return {k: v for k, v in leaves(config).items() if not k.startswith(_OWN_KNOBS)}
 
 
 def check(config) -> None:
   """ConfigError naming the first field of a config outside its valid values (run_config.validate
   calls it; resolving changes only the fields left at 0)."""
   table = fields()
-  for key, value in leaves(config).items():
+  for key, value in checked_leaves(config).items():
     field = table.get(key)
     if field is None:
       raise ConfigError(f"Config field {key!r} has no entry in keynorm_jax/config_fields.py: "

@@ -126,13 +126,7 @@ def load_config(name_or_path: str) -> ml_collections.ConfigDict:
 
 def flat_keys(config) -> list[str]:
   """Dotted names of every field, e.g. 'train_length', 'data.dataset'."""
-  out = []
-  for key, value in config.items():
-    if isinstance(value, ml_collections.ConfigDict):
-      out += [f"{key}.{sub}" for sub in flat_keys(value)]
-    else:
-      out.append(key)
-  return out
+  return list(config_fields.leaves(config))
 
 
 def check_override_keys(config, keys) -> None:

@@ -11,7 +11,7 @@ from keynorm_jax.errors import ConfigError
 
 def test_every_field_of_the_base_config_has_its_check():
   for position in positions.TRAINING_METHODS.names():
-    keys = set(config_fields.leaves(base.get_config(position=position)))
+    keys = set(config_fields.checked_leaves(base.get_config(position=position)))
     assert keys == set(config_fields.fields()), position
 
 

@@ -21,6 +21,11 @@ class OutputError(KeynormError, RuntimeError):
   """Result files that could not be written; the message says which and what to do."""
 
 
+def text_writer(text: str):
+  """A write_files writer that writes `text`."""
+  return lambda path: pathlib.Path(path).write_text(text)
+
+
 def temp_path(path: pathlib.Path) -> pathlib.Path:
   return path.with_name(f".{path.name}.{os.getpid()}{PARTIAL}")
 

@@ -9,7 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from keynorm_jax.evaluation.outputs import write_files  # pylint: disable=wrong-import-position
+from keynorm_jax.evaluation.outputs import (  # pylint: disable=wrong-import-position
+    text_writer, write_files)
 from keynorm_jax.evaluation.retrieval_report import (  # pylint: disable=wrong-import-position
     retrieval_table, retrieval_writers)
 
@@ -117,7 +118,7 @@ def results_writers(records, *, meta, diagnostics=None, retrieval=None) -> dict:
     payload["retrieval"] = retrieval
   if diagnostics is not None:
     payload["diagnostics"] = diagnostics
-  writers = {"results.json": _text_writer(json.dumps(payload, indent=1))}
+  writers = {"results.json": text_writer(json.dumps(payload, indent=1))}
   sections = []
   if records:
     writers["results.csv"] = lambda path: write_csv(records, path)
@@ -128,14 +129,10 @@ def results_writers(records, *, meta, diagnostics=None, retrieval=None) -> dict:
     sections.append("Retrieval: exact match % (per-token %), over every depth.\n\n" +
                     retrieval_table(retrieval))
     writers.update(retrieval_writers(retrieval))
-  writers["results.md"] = _text_writer("\n\n".join(sections) + "\n")
+  writers["results.md"] = text_writer("\n\n".join(sections) + "\n")
   if diagnostics:
     writers["diagnostics.png"] = lambda path: plot_diagnostics(diagnostics, path)
   return writers
-
-
-def _text_writer(text: str):
-  return lambda path: pathlib.Path(path).write_text(text)
 
 
 def write_csv(records, path) -> None:

@@ -3,7 +3,7 @@
 import json
 import pathlib
 
-from keynorm_jax.evaluation.outputs import write_files
+from keynorm_jax.evaluation.outputs import text_writer, write_files
 from keynorm_jax.evaluation.report import plot_accuracy_by_position, plot_diagnostics
 from keynorm_jax.reproduce.seed_results import (EXTRA_VARIANTS, NO_SCALING, WITH_SCALING, label,
                                                 seed_name)
@@ -101,7 +101,7 @@ def write_page(records, diagnostics, meta, output) -> pathlib.Path:
   unscaled = [r for r in records if r["length"] == long and r["rope_scaling"] == "none"]
   with_scalings = [r for r in records if r["length"] == long and seed_name(r["config"])
                    in ("baseline_rope", "kna_rope")]
-  writers = {"results.json": lambda path: pathlib.Path(path).write_text(results),
+  writers = {"results.json": text_writer(results),
              "accuracy_by_position.png": lambda path: plot_accuracy_by_position(unscaled, path)}
   if with_scalings:  # only when those variants were run
     writers["scalings_by_position.png"] = (
@@ -147,5 +147,5 @@ Non-repeated accuracy at {long // train_length}x as a share of in-length accurac
 {json.dumps(meta, indent=1)}
 ```
 """
-  writers["RESULTS.md"] = lambda path: pathlib.Path(path).write_text(page)
+  writers["RESULTS.md"] = text_writer(page)
   return write_files(output, writers, fix="pass another --output")["RESULTS.md"]

@@ -11,7 +11,6 @@ skipped, so the command can be stopped and run again.
 
 import json
 import pathlib
-import sys
 import time
 
 from absl import flags, logging
@@ -19,7 +18,7 @@ import jax
 
 from keynorm_jax import cli, run_config
 from keynorm_jax.data.corpora import check_data_dir
-from keynorm_jax.errors import ConfigError, KeynormError
+from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.command import make_columns
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
@@ -174,23 +173,22 @@ def check_paths(*, runs_dir, output, data_dir) -> None:
     disk.ensure_writable(folder, what=what, fix=f"pass a writable {flag}")
 
 
+def _check_all(*, runs_dir, output, architecture) -> None:
+  """Every option, before any work."""
+  cli.check_folder_flags(**{_RUNS.name: _RUNS.value, _OUTPUT.name: _OUTPUT.value})
+  check_options(variants=_VARIANTS.value, steps=_STEPS.value, architecture=architecture)
+  check_paths(runs_dir=runs_dir, output=output, data_dir=_DATA_DIR.value)
+
+
 def main(argv):
-  if len(argv) > 1:
-    sys.exit(f"error: unexpected arguments {' '.join(argv[1:])}; every option is a --flag.")
+  cli.refuse_arguments(argv)
   logging.set_verbosity(logging.WARNING)
   architecture = _ARCHITECTURE.value
   suffix = "" if architecture == "gau" else f"_{architecture}"
   runs_dir = _RUNS.value or f"runs/reproduce_{_SCALE.value}{suffix}"
   output = _OUTPUT.value or f"{runs_dir}/results"
-  try:  # every option before any work
-    for flag in (_RUNS, _OUTPUT):
-      if flag.value == "":
-        raise ConfigError(f"--{flag.name} is empty; pass a folder, or leave it unset for its "
-                          f"default.")
-    check_options(variants=_VARIANTS.value, steps=_STEPS.value, architecture=architecture)
-    check_paths(runs_dir=runs_dir, output=output, data_dir=_DATA_DIR.value)
-  except (KeynormError, ValueError, RuntimeError) as e:
-    sys.exit(f"error: {e}")
+  cli.run_or_exit(lambda: _check_all(runs_dir=runs_dir, output=output, architecture=architecture),
+                  name_type=False)
   page = cli.run_or_exit(lambda: reproduce(  # as train.py (preemption: exit 75)
       _SCALE.value, runs_dir=runs_dir, output=output, variants=_VARIANTS.value, steps=_STEPS.value,
       data_dir=_DATA_DIR.value, architecture=architecture))

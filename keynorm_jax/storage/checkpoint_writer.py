@@ -2,9 +2,9 @@
 
 The manifest (checksums.py) is written once Orbax has renamed the finished step into place, at
 the first `poll()` after that (called every training step), so a kill -9 can leave at most the
-newest checkpoint unlisted; the restore then sets it aside as unverified and uses the one before. A disk too full
-for another checkpoint stops the run before the save starts; a save that fails anyway (a full
-disk included) is reported in one line, the previous checkpoint intact.
+newest checkpoint unlisted; the restore then sets it aside as unverified and uses the one before.
+A disk too full for another checkpoint stops the run before the save starts; a save that fails
+anyway (a full disk included) is reported in one line, the previous checkpoint intact.
 """
 
 import pathlib

@@ -13,13 +13,11 @@ from keynorm_jax import host_memory  # first of all: see host_memory
 host_memory.keep_freed_memory()
 
 # pylint: disable=wrong-import-position
-import sys
-
 from absl import app, flags, logging
 
 from keynorm_jax import cli
 from keynorm_jax.data.corpora import check_data_dir
-from keynorm_jax.errors import ConfigError, KeynormError
+from keynorm_jax.errors import ConfigError
 from keynorm_jax.storage import disk
 from keynorm_jax.study import plan
 from keynorm_jax.study.provenance import provenance
@@ -65,9 +63,7 @@ def check_options(*, max_runs: int, runs_dir: str, results) -> None:
   if max_runs < 0:
     raise ConfigError(f"--max_runs must be at least 1, or 0 for every planned run; got "
                       f"{max_runs}.")
-  for name, value in (("runs_dir", runs_dir), ("results", results)):
-    if value == "":
-      raise ConfigError(f"--{name} is empty; pass a folder, or leave it unset for its default.")
+  cli.check_folder_flags(runs_dir=runs_dir, results=results)
 
 
 def check_paths(store: RecordStore, *, runs_dir: str, data_dir: str, train: bool) -> None:
@@ -80,20 +76,21 @@ def check_paths(store: RecordStore, *, runs_dir: str, data_dir: str, train: bool
     disk.ensure_writable(runs_dir, what="the runs folder", fix="pass a writable --runs_dir")
 
 
+def _checked_options(study: str):
+  """(the record store, the selected entries) once every option is checked, before any work."""
+  check_options(max_runs=_MAX_RUNS.value, runs_dir=_RUNS_DIR.value, results=_RESULTS.value)
+  store = RecordStore(study) if _RESULTS.value is None else RecordStore(study, root=_RESULTS.value)
+  entries = selected_runs(plan.field_runs(), _RUNS.value, _SHARD.value)
+  check_paths(store, runs_dir=_RUNS_DIR.value, data_dir=_DATA_DIR.value,
+              train=not _REPORT_ONLY.value)
+  return store, entries
+
+
 def main(argv):
-  if len(argv) > 1:
-    sys.exit(f"error: unexpected arguments {' '.join(argv[1:])}; every option is a --flag.")
+  cli.refuse_arguments(argv)
   logging.set_verbosity(logging.WARNING)
   study = "field" if _SCALE.value == "cpu" else f"field_{_SCALE.value}"
-  try:  # every option before any work
-    check_options(max_runs=_MAX_RUNS.value, runs_dir=_RUNS_DIR.value, results=_RESULTS.value)
-    store = RecordStore(study) if _RESULTS.value is None else RecordStore(
-        study, root=_RESULTS.value)
-    entries = selected_runs(plan.field_runs(), _RUNS.value, _SHARD.value)
-    check_paths(store, runs_dir=_RUNS_DIR.value, data_dir=_DATA_DIR.value,
-                train=not _REPORT_ONLY.value)
-  except (KeynormError, ValueError, RuntimeError) as e:
-    sys.exit(f"error: {e}")
+  store, entries = cli.run_or_exit(lambda: _checked_options(study), name_type=False)
   provenance()  # the code this process runs, read before any run starts
   cli.run_or_exit(lambda: _run_plan(entries, store))  # as train.py (preemption: exit 75)
   if _SHARD.value and not _REPORT_ONLY.value:

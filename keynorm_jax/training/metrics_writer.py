@@ -96,10 +96,10 @@ class MetricsWriter:
   def write(self, step: int, scalars: dict) -> None:
     if not self.enabled:
       return
-    record = {"step": int(step), **{k: float(v) for k, v in scalars.items()}}
-    self._file.write(json.dumps(record) + "\n")
+    values = {k: float(v) for k, v in scalars.items()}
+    self._file.write(json.dumps({"step": int(step), **values}) + "\n")
     self._file.flush()
-    self.tensorboard.write(int(step), {k: float(v) for k, v in scalars.items()})
+    self.tensorboard.write(int(step), values)
 
   def close(self, *, check: bool = True) -> None:
     """Closes both files; a failure (e.g. a full disk) is raised only if check is True (the run is
