@@ -12,11 +12,6 @@ SIGTERM or Ctrl-C saves a checkpoint at the step in flight and exits with code 7
 the same command again to resume); a second signal stops at once.
 """
 
-from keynorm_jax import host_memory  # first of all: see host_memory
-
-host_memory.keep_freed_memory()
-
-# pylint: disable=wrong-import-position
 import logging as python_logging
 import sys
 

@@ -56,19 +56,22 @@ def _rss_gib():
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def _set_blocks(block):
-  """The attention's block rule in this process: -1 default, 0 all at once, N blocks of N x N."""
-  # pylint: disable=g-import-not-at-top,protected-access
-  from keynorm_jax.attention import einsum
-  if block >= 0:
-    einsum._FULL_ATTENTION_MAX_LENGTH = block - 1 if block else 10**9
-    einsum._DEFAULT_QUERY_BLOCK = einsum._DEFAULT_KEY_BLOCK = block or 512
+def _set_blocks(config, block, length):
+  """Sets config.model.kernel for the block rule: -1 the default (auto), 0 every score at once (the
+  CPU layout on a CPU), N blocks of N x N (the blocked kernel) past N tokens."""
+  # pylint: disable=g-import-not-at-top
+  import jax
+  from keynorm_jax.attention.kernels import blocked
+  if block == 0:
+    config.model.kernel = "cpu" if jax.default_backend() == "cpu" else "reference"
+  elif block > 0:
+    blocked.DEFAULT_BLOCK = block
+    config.model.kernel = "blocked" if length > block else "auto"
 
 
 def _measure(length):
   """One length in this process: a dict of figures."""
   sys.path.insert(0, _CODE.value)
-  _set_blocks(_BLOCKS.value)
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from keynorm_jax import positions, run_config  # pylint: disable=g-import-not-at-top
@@ -78,6 +81,7 @@ def _measure(length):
 
   config = run_config.load_config(_CONFIG.value)
   config.model_size = _SIZE.value
+  _set_blocks(config, _BLOCKS.value, length)
   config = run_config.resolve(config)
   column = positions.EvalColumn(positions.inference_method(_SCALING.value))
   model = run_config.build_model(config, column)
@@ -118,10 +122,10 @@ def _measure_training(block):
   from keynorm_jax.training.optimizer import make_optimizer
   from keynorm_jax.training.loop import init_state, make_train_step
 
-  _set_blocks(block)
   config = run_config.load_config(_CONFIG.value)
   config.model_size = _SIZE.value
   config.train_length = _TRAIN_LENGTH.value
+  _set_blocks(config, block, _TRAIN_LENGTH.value)
   config = run_config.resolve(config)
   model, tx = run_config.build_model(config), make_optimizer(config)
   state = init_state(model, tx, 0, config.train_length)

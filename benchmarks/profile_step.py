@@ -11,57 +11,36 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from keynorm_jax import host_memory  # pylint: disable=wrong-import-position
-
-host_memory.keep_freed_memory()  # first of all: see host_memory
-
 # pylint: disable=wrong-import-position
-import contextlib
 import time
 
 from absl import app, flags
 import jax
 import numpy as np
 
-from keynorm_jax import run_config  # pylint: disable=wrong-import-position
-from keynorm_jax import fusion_boundary  # pylint: disable=wrong-import-position
-from keynorm_jax.attention import einsum, products  # pylint: disable=wrong-import-position
-from keynorm_jax.evaluation.scoring import token_scores  # pylint: disable=wrong-import-position
-from keynorm_jax.models import matmul  # pylint: disable=wrong-import-position
-from keynorm_jax.training.loop import (  # pylint: disable=wrong-import-position
-    init_state, make_train_step)
-from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=wrong-import-position
-
-
-@contextlib.contextmanager
-def all_references():
-  """Every switch below at once: the step as it was before the changes in PROFILE_NOTES.md."""
-  with matmul.autodiff_backward(), einsum.full_square(), products.einsum_operand_order(), \
-      products.autodiff_products(), fusion_boundary.fused_everywhere():
-    yield
-
-
-# Context managers under which a traced function takes a replaced reference path.
-REFERENCE_SWITCHES = {"autodiff_backward": matmul.autodiff_backward,
-                      "full_square": einsum.full_square, "all": all_references,
-                      "einsum_order": products.einsum_operand_order,
-                      "autodiff_products": products.autodiff_products,
-                      "fused_everywhere": fusion_boundary.fused_everywhere}
+from keynorm_jax import run_config
+from keynorm_jax.attention import KERNEL_NAMES
+from keynorm_jax.evaluation.scoring import token_scores
+from keynorm_jax.training.loop import init_state, make_train_step
+from keynorm_jax.training.optimizer import make_optimizer
 
 _CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")
 _SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")
 _STEPS = flags.DEFINE_integer("steps", 3, "Timed calls per repeat.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Alternating repeats (the best is reported).")
 _HLO_DIR = flags.DEFINE_string("hlo_dir", None, "Write the step's optimized HLO here.")
-_AB = flags.DEFINE_string("ab", None, "Time the step traced under this reference switch (A) "
-                          "against the default (B) instead of the parts; one of "
-                          f"{sorted(REFERENCE_SWITCHES)}.")
+_AB = flags.DEFINE_enum("ab", None, KERNEL_NAMES, "Time the step with model.kernel set to this "
+                        "(A) against the config's own kernel (B) instead of the parts: e.g. "
+                        "--ab=reference, the step without the CPU seam (PROFILE_NOTES.md).")
 
 
-def build(config_name: str, size: str):
-  """(model, tx, state, batch) of a config at `size` on random tokens."""
+def build(config_name: str, size: str, kernel=None):
+  """(model, tx, state, batch) of a config at `size` on random tokens (model.kernel = kernel if
+  given)."""
   config = run_config.load_config(config_name)
   config.model_size = size
+  if kernel is not None:
+    config.model.kernel = kernel
   config = run_config.resolve(config)
   model, tx = run_config.build_model(config), make_optimizer(config)
   state = init_state(model, tx, 0, config.train_length)
@@ -101,29 +80,32 @@ def time_alternating(fns: dict, args, steps: int, repeats: int) -> dict:
   return best
 
 
-def ab_steps(model, tx, state, batch, switch: str) -> dict:
-  """{"A (switch)": the step traced under the reference switch, "B (default)": the step}."""
-  make = lambda: jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1)))
-  a, b = make(), make()
-  with REFERENCE_SWITCHES[switch]():
-    a_metrics = a(state, batch)[1]
-  b_metrics = b(state, batch)[1]
+def ab_steps(config_name: str, size: str, kernel: str):
+  """({"A (kernel)": the step with model.kernel = kernel, "B (config)": the config's step}, state,
+  batch): the same parameters and batch for both."""
+  steps = {}
+  for label, name in ((f"A ({kernel})", kernel), ("B (config)", None)):
+    model, tx, state, batch = build(config_name, size, name)
+    step = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1)))
+    steps[label] = step
+  metrics = {label: step(state, batch)[1] for label, step in steps.items()}
   for key in ("loss", "grad_norm"):
-    print(f"  {key}: A {float(a_metrics[key]):.7g}  B {float(b_metrics[key]):.7g}")
-  return {f"A ({switch})": lambda s, x: a(s, x)[1], "B (default)": lambda s, x: b(s, x)[1]}
+    print("  " + key + ": " + "  ".join(f"{label} {float(m[key]):.7g}"
+                                        for label, m in metrics.items()))
+  return {label: (lambda s, x, f=step: f(s, x)[1]) for label, step in steps.items()}, state, batch
 
 
 def main(argv):
   del argv
   for name in _CONFIGS.value:
-    model, tx, state, batch = build(name, _SIZE.value)
     if _AB.value:
-      best = time_alternating(ab_steps(model, tx, state, batch, _AB.value), (state, batch),
-                              _STEPS.value, _REPEATS.value)
+      fns, state, batch = ab_steps(name, _SIZE.value, _AB.value)
+      best = time_alternating(fns, (state, batch), _STEPS.value, _REPEATS.value)
       (a_wall, a_cpu), (b_wall, b_cpu) = best.values()
       print(f"{name:24s} A {a_wall:.3f} s (cpu {a_cpu:.3f})  B {b_wall:.3f} s (cpu {b_cpu:.3f})  "
             f"A/B wall {a_wall / b_wall:.3f}  cpu {a_cpu / b_cpu:.3f}", flush=True)
       continue
+    model, tx, state, batch = build(name, _SIZE.value)
     fns = parts(model, tx)
     if _HLO_DIR.value:
       path = pathlib.Path(_HLO_DIR.value) / f"{name}_step.hlo.txt"

@@ -10,10 +10,6 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from keynorm_jax import host_memory  # pylint: disable=wrong-import-position
-
-host_memory.keep_freed_memory()  # first of all: see host_memory
-
 # pylint: disable=wrong-import-position
 import os
 import time

@@ -45,6 +45,7 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.dropout = 0.0
   m.compute_dtype = "float32"     # or bfloat16 (softmax and loss stay float32)
   m.param_dtype = "float32"       # parameters and optimizer state (bfloat16: half their memory)
+  m.kernel = "auto"               # attention kernel: auto, reference, cpu, blocked, cudnn or xla
   m.remat = False                 # recompute each layer in the backward pass (less memory)
   m.scan_layers = False           # one scanned layer over stacked parameters (compiles once)
 

@@ -133,6 +133,7 @@ FIELDS = {
                            meaning="the dropout rate"),
     "model.compute_dtype": _text(),
     "model.param_dtype": _text(),
+    "model.kernel": _text(),
     "model.remat": Field(bool),
     "model.scan_layers": Field(bool),
 }
@@ -141,12 +142,12 @@ FIELDS = {
 def _model_fields() -> dict:
   """The model's choice fields, with the choices of the code that implements them."""
   from keynorm_jax import positions  # pylint: disable=g-import-not-at-top
-  from keynorm_jax.attention import VARIANTS  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.attention import KERNEL_NAMES, VARIANTS  # pylint: disable=g-import-not-at-top
   from keynorm_jax.models import config as model  # pylint: disable=g-import-not-at-top
   choices = {"architecture": model.ARCHITECTURES, "attention": VARIANTS,
              "qk_norm": model.QK_NORMS, "position": tuple(positions.TRAINING_METHODS.names()),
              "norm_position": model.NORM_POSITIONS, "mlp": model.MLPS, "norm": model.NORMS,
-             "compute_dtype": model.DTYPES, "param_dtype": model.DTYPES}
+             "compute_dtype": model.DTYPES, "param_dtype": model.DTYPES, "kernel": KERNEL_NAMES}
   return {f"model.{k}": dataclasses.replace(FIELDS[f"model.{k}"], choices=tuple(v))
           for k, v in choices.items()}
 

@@ -1,8 +1,7 @@
-"""The key-blocked online-softmax kernel (attention/blocked.py) against the full reference path.
-
-Every option of einsum.attend, at T = 37 in blocks that really split queries and keys (the last
-block ragged), output and entropy within 1e-5; the block ranges it skips; gradients; and the
-evaluator's own numbers (scoring, records, diagnostics) past the blocking threshold.
+"""The blocked kernel (attention/kernels/blocked.py) beyond the shared conformance test
+(test_kernels.py): uneven blocks, grouped heads, the block ranges it skips, gradients of learned
+biases, and the evaluator's own numbers (scoring, records, diagnostics) with a model whose
+`model.kernel` is `blocked` against the same model with `reference`.
 """
 
 import dataclasses
@@ -14,69 +13,15 @@ import numpy as np
 import pytest
 
 from keynorm_jax import positions, run_config
-from keynorm_jax.attention import attend, blocked, einsum
+from keynorm_jax.attention import attend, block_sizes
+from keynorm_jax.attention.kernels import blocked
+from keynorm_jax.attention.prepare import Side
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run
 from keynorm_jax.evaluation.run_loading import TrainedRun
-from keynorm_jax.models.position_bias import FireBias, KerpleLogBias
-from keynorm_jax.rope import rope_inv_freq
+from keynorm_jax.models.position_bias import FireBias
+from attention_cases import B, CASES, E, H, INV, T, inputs as _inputs
 from train_helpers import tiny_config
-
-B, T, H, S, E = 2, 37, 4, 8, 6
-INV = np.array([100.0**(-2 * m / S) for m in range(S // 2)], np.float32)
-BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
-
-
-def _inputs(seed=0, heads=H, kv_heads=None):
-  rng = np.random.default_rng(seed)
-  kv = kv_heads or heads
-  return (rng.normal(size=(B, T, heads, S)).astype(np.float32),
-          rng.normal(size=(B, T, kv, S)).astype(np.float32),
-          rng.normal(size=(B, T, kv, E)).astype(np.float32))
-
-
-def _bias(module):
-  return module.apply(module.init(jax.random.PRNGKey(3)))
-
-
-def _sorted_random_positions(seed):
-  """[B, T] sorted distinct positions in [0, 4T), a different draw per row (randomized RoPE)."""
-  rng = np.random.default_rng(seed)
-  return np.stack([np.sort(rng.choice(4 * T, T, replace=False)) for _ in range(B)])
-
-
-CASES = {
-    "baseline": dict(variant="baseline"),
-    "qna_rope": dict(variant="qna", inv_freq=INV),
-    "kna_rope": dict(variant="kna", inv_freq=INV),
-    "cosa_rope_logn": dict(variant="cosa", inv_freq=INV, cosa_scale=4 * math.log(6), logn_base=6),
-    "yarn_factor_posthoc_logn": dict(variant="kna", inv_freq=INV, attention_factor=1.2,
-                                     posthoc_logn_length=8),
-    "xpos": dict(variant="baseline", inv_freq=INV, xpos_gamma=0.4, xpos_scale_base=8.0),
-    "rerope": dict(variant="baseline", inv_freq=INV, rerope_window=6),
-    "rerope_wider_than_blocks": dict(variant="kna", inv_freq=INV, rerope_window=19, logn_base=6),
-    "leaky_rerope": dict(variant="cosa", inv_freq=INV, rerope_window=4, leaky_rerope_factor=3.0,
-                         cosa_scale=3.0),
-    "window_smaller_than_block": dict(variant="baseline", window=3),
-    "window_rope": dict(variant="kna", inv_freq=INV, window=11),
-    "window_alibi": dict(variant="baseline", window=9, alibi_slope=0.3),
-    "sinks": dict(variant="baseline", inv_freq=INV, window=7, sink_tokens=2),
-    "sinks_over_a_block": dict(variant="baseline", inv_freq=INV, window=4, sink_tokens=10),
-    "sinks_alibi": dict(variant="kna", window=6, sink_tokens=3, alibi_slope=0.2),
-    "alibi_per_head": dict(variant="baseline",
-                           alibi_slope=np.array(positions.alibi_slopes(H), np.float32)),
-    "ssmax": dict(variant="qna", ssmax_scale=np.array([0.4, 0.9, 1.7, 1.1], np.float32)),
-    "kerple": dict(variant="kna", score_bias=_bias(KerpleLogBias(H))),
-    "fire": dict(variant="baseline", score_bias=_bias(FireBias(H, 16))),
-    "fire_sinks": dict(variant="baseline", inv_freq=INV, window=8, sink_tokens=2,
-                       score_bias=_bias(FireBias(H, 16))),
-    "shifted_positions": dict(variant="kna", inv_freq=INV, window=10,
-                              positions=np.arange(T) + 1000),
-    "random_positions_per_row": dict(variant="baseline", inv_freq=INV, window=20,
-                                     positions=_sorted_random_positions(1)),
-    "random_positions_rerope": dict(variant="kna", inv_freq=INV, rerope_window=30,
-                                    positions=_sorted_random_positions(2)),
-}
 
 
 def _check(blocked_result, full_result, atol=1e-5):
@@ -84,30 +29,17 @@ def _check(blocked_result, full_result, atol=1e-5):
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), atol=atol, rtol=atol)
 
 
-# Every case in 8 x 8 blocks and in one of the uneven shapes (in turn), to keep the test fast.
-PAIRS = [(case, blocks) for i, case in enumerate(sorted(CASES))
-         for blocks in (BLOCKS[0], BLOCKS[1 + i % (len(BLOCKS) - 1)])]
-
-
-@pytest.mark.parametrize("case, blocks", PAIRS)
-def test_blocked_equals_full(case, blocks):
-  q, k, v = _inputs(sorted(CASES).index(case))
-  full = attend(q, k, v, **CASES[case])
-  query_block, key_block = blocks
-  _check(attend(q, k, v, query_block=query_block, key_block=key_block, **CASES[case]), full)
-
-
 @pytest.mark.parametrize("case", ["kna_rope", "rerope", "sinks", "alibi_per_head"])
 def test_grouped_query_heads(case):
   q, k, v = _inputs(3, heads=H, kv_heads=2)
-  full = attend(q, k, v, **CASES[case])
+  full = attend(q, k, v, kernel="reference", **CASES[case])
   _check(attend(q, k, v, query_block=8, key_block=8, **CASES[case]), full)
 
 
 def test_single_head_layout_and_jit():
   q, k, v = (x[:, :, 0] for x in _inputs(4))
   kwargs = dict(variant="kna", inv_freq=INV, logn_base=6, window=12)
-  full = attend(q, k, v, **kwargs)
+  full = attend(q, k, v, kernel="reference", **kwargs)
   blocked_fn = jax.jit(lambda q, k, v: attend(q, k, v, query_block=8, key_block=8, **kwargs))
   got = blocked_fn(q, k, v)
   assert got[0].shape == (B, T, E) and got[1].shape == (B, T)
@@ -119,7 +51,8 @@ def test_positions_out_of_order_with_a_window():
   q, k, v = _inputs(5)
   perm = np.random.default_rng(0).permutation(T)
   kwargs = dict(variant="baseline", inv_freq=INV, window=9, sink_tokens=2, positions=perm)
-  _check(attend(q, k, v, query_block=8, key_block=8, **kwargs), attend(q, k, v, **kwargs))
+  _check(attend(q, k, v, query_block=8, key_block=8, **kwargs),
+         attend(q, k, v, kernel="reference", **kwargs))
 
 
 def test_entropy_of_uniform_attention_in_blocks():
@@ -135,7 +68,7 @@ def test_entropy_of_uniform_attention_in_blocks():
 def _ranges(query_block_index, *, length=64, block=8, window=None, sink_tokens=None):
   index = jnp.arange(length)
   pos = jnp.broadcast_to(index, (1, length))
-  side = blocked.Side(None, None, pos, index)
+  side = Side(None, None, pos, index)
   per_block = pos.reshape(1, -1, block)
   bounds = (per_block.min(axis=(0, 2)), per_block.max(axis=(0, 2)))
   start = query_block_index * block
@@ -165,16 +98,6 @@ def _loss(out, entropy):
           + jnp.sum(entropy * jnp.sin(jnp.arange(entropy.size).reshape(entropy.shape))))
 
 
-@pytest.mark.parametrize("case", ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block",
-                                  "window_alibi", "xpos", "random_positions_per_row"])
-def test_gradients_equal_full(case):
-  # Training runs through the custom VJP (blocks recomputed, flash-style): q, k, v gradients.
-  q, k, v = _inputs(7, heads=H, kv_heads=2)
-  grad = lambda **blocks: jax.grad(lambda *a: _loss(*attend(*a, **CASES[case], **blocks)),
-                                   argnums=(0, 1, 2))(q, k, v)
-  _check(grad(query_block=8, key_block=5), grad(), atol=1e-4)
-
-
 def test_gradients_of_learned_bias_and_ssmax():
   module = FireBias(H, 16)
   params = module.init(jax.random.PRNGKey(3))
@@ -185,7 +108,7 @@ def test_gradients_of_learned_bias_and_ssmax():
                          score_bias=module.apply(params), ssmax_scale=ssmax, **blocks))
 
   args = (params, jnp.array([0.4, 0.9, 1.7, 1.1]), q, k, v)
-  full = jax.grad(loss, argnums=(0, 1, 2, 3, 4))(*args)
+  full = jax.grad(lambda *a: loss(*a, kernel="reference"), argnums=(0, 1, 2, 3, 4))(*args)
   got = jax.jit(jax.grad(lambda *a: loss(*a, query_block=8, key_block=8),
                          argnums=(0, 1, 2, 3, 4)))(*args)
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(full)):
@@ -194,16 +117,16 @@ def test_gradients_of_learned_bias_and_ssmax():
 
 
 def test_block_sizes_rule():
-  assert einsum.block_sizes(2048) == (None, None)
-  assert einsum.block_sizes(4096) == (512, 512)
-  assert einsum.block_sizes(37, 8) == (8, 8)
-  assert einsum.block_sizes(37, None, 5) == (5, 5)
-  assert einsum.block_sizes(37, 64, 64) == (None, None)
+  assert block_sizes(2048) == (None, None)
+  assert block_sizes(4096) == (512, 512)
+  assert block_sizes(37, 8) == (8, 8)
+  assert block_sizes(37, None, 5) == (5, 5)
+  assert block_sizes(37, 64, 64) == (None, None)
   with pytest.raises(ValueError, match=">= 1"):
-    einsum.block_sizes(37, 0, -1)
+    block_sizes(37, 0, -1)
 
 
-# Through the evaluator: a tiny model scored past the blocking threshold (lowered to 32 here).
+# Through the evaluator: a tiny model with model.kernel=blocked (blocks of 16) against reference.
 
 LENGTH = 100
 
@@ -217,22 +140,23 @@ def tiny_run():
   return TrainedRun("tiny", None, config, 0, params), tokens
 
 
-def _with_threshold(monkeypatch, threshold, block=16):
-  monkeypatch.setattr(einsum, "_FULL_ATTENTION_MAX_LENGTH", threshold)
-  monkeypatch.setattr(einsum, "_DEFAULT_QUERY_BLOCK", block)
-  monkeypatch.setattr(einsum, "_DEFAULT_KEY_BLOCK", block)
+def _with_kernel(run, kernel, monkeypatch):
+  """run with model.kernel = kernel (blocks of 16 tokens for `blocked`)."""
+  monkeypatch.setattr(blocked, "DEFAULT_BLOCK", 16)
+  config = run.config.copy_and_resolve_references()
+  config.model.kernel = kernel
+  return dataclasses.replace(run, config=config)
 
 
 def test_evaluator_numbers_equal_full(tiny_run, monkeypatch):
   run, tokens = tiny_run
   columns = [positions.EvalColumn(positions.inference_method(name)) for name in
              ("none", "rerope", "window", "streaming")]
-  evaluate = lambda: evaluate_run(run, lengths=[LENGTH], columns=columns, num_windows=2,
-                                  tokens=tokens, include_train_length=False)
-  _with_threshold(monkeypatch, 10**9)
-  full = evaluate()
-  _with_threshold(monkeypatch, 32)
-  got = evaluate()
+  evaluate = lambda kernel: evaluate_run(_with_kernel(run, kernel, monkeypatch), lengths=[LENGTH],
+                                         columns=columns, num_windows=2, tokens=tokens,
+                                         include_train_length=False)
+  full = evaluate("reference")
+  got = evaluate("blocked")
   assert len(got) == len(full) == 8
   for a, b in zip(got, full):
     assert (a["rope_scaling"], a["set"]) == (b["rope_scaling"], b["set"])
@@ -243,15 +167,14 @@ def test_evaluator_numbers_equal_full(tiny_run, monkeypatch):
 
 def test_model_logits_and_diagnostics_equal_full(tiny_run, monkeypatch):
   run, tokens = tiny_run
-  model = run_config.build_model(run.config)
   inputs = tokens[:2 * LENGTH].reshape(2, LENGTH)
-  logits = lambda: np.asarray(jax.jit(model.apply)({"params": run.params}, inputs))
-  _with_threshold(monkeypatch, 10**9)
-  full_logits = logits()
-  full_diagnostics = run_diagnostics(run, lengths=[LENGTH], tokens=tokens, num_windows=2)
-  _with_threshold(monkeypatch, 32)
-  np.testing.assert_allclose(logits(), full_logits, atol=1e-5, rtol=1e-5)
-  got = run_diagnostics(run, lengths=[LENGTH], tokens=tokens, num_windows=2)
+  runs = {kernel: _with_kernel(run, kernel, monkeypatch) for kernel in ("reference", "blocked")}
+  logits = lambda kernel: np.asarray(jax.jit(run_config.build_model(runs[kernel].config).apply)(
+      {"params": run.params}, inputs))
+  np.testing.assert_allclose(logits("blocked"), logits("reference"), atol=1e-5, rtol=1e-5)
+  full_diagnostics = run_diagnostics(runs["reference"], lengths=[LENGTH], tokens=tokens,
+                                     num_windows=2)
+  got = run_diagnostics(runs["blocked"], lengths=[LENGTH], tokens=tokens, num_windows=2)
   for layer, found in got[LENGTH]["layers"].items():
     expected = full_diagnostics[LENGTH]["layers"][layer]
     np.testing.assert_allclose(found["entropy_by_position"], expected["entropy_by_position"],

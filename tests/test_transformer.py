@@ -1,6 +1,7 @@
 """The Transformer and one GAU layer against NumPy written from their definitions
 (tests/numpy_layers_reference.py); parameter counts by hand; causality; config checks."""
 
+import dataclasses
 import math
 import types
 
@@ -10,7 +11,6 @@ import numpy as np
 import pytest
 
 from keynorm_jax import run_config
-from keynorm_jax.attention import fused
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.models import GAULM, ModelConfig, build_model, count_params
@@ -86,10 +86,9 @@ BLOCKS = [
 
 
 @pytest.mark.parametrize("changes", BLOCKS)
-@pytest.mark.parametrize("fuse", [False, True], ids=["einsum", "fused"])
-def test_transformer_block_matches_numpy(changes, fuse, monkeypatch):
-  monkeypatch.setattr(fused, "FUSE_ON_XLA", fuse)   # both attention paths, where they apply
-  cfg = _transformer(**changes)
+@pytest.mark.parametrize("kernel", ["cpu", "xla"])
+def test_transformer_block_matches_numpy(changes, kernel):
+  cfg = dataclasses.replace(_transformer(**changes), kernel=kernel)   # xla: where it applies
   x = np.random.default_rng(1).normal(size=(2, T, D)).astype(np.float32)
   pos = np.broadcast_to(np.arange(T), (2, T))
   block = TransformerBlock(cfg, 0, EvalColumn())

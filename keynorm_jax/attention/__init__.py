@@ -1,12 +1,15 @@
-"""Causal attention of the KeyNorm study: the variants, their position options and the kernels.
+"""Causal attention of the KeyNorm study: one definition, kernels behind a registry.
 
-`causal_attention` and `attend` (einsum.py) are the reference path: every score is computed as
-written in the formulas. Beyond 2048 tokens `attend` runs them in blocks with an online softmax
-(blocked.py), skipping the blocks the masks leave empty. Faster kernels are tested against it.
+  prepare.py   q', k', the per-query factor and the score modifications (Mods), once
+  scores.py    the scores of a block of queries against a block of keys: biases and masks
+  kernels/     reference (the definition), cpu, blocked, cudnn, xla; `select` picks one
+  api.py       `attend`: prepare, select, run (the function the models call)
+  reach.py     where attention goes (diagnostics), through `attend`
 """
 
-from keynorm_jax.attention.einsum import (VARIANTS, attend, block_sizes, causal_attention,
-                                          cosa_default_scale, l2_normalize, query_block_size)
+from keynorm_jax.attention.api import attend, block_sizes, causal_attention, query_block_size
+from keynorm_jax.attention.kernels import KERNELS, NAMES as KERNEL_NAMES, select
+from keynorm_jax.attention.prepare import VARIANTS, cosa_default_scale, l2_normalize
 
-__all__ = ["VARIANTS", "attend", "block_sizes", "causal_attention", "cosa_default_scale",
-           "l2_normalize", "query_block_size"]
+__all__ = ["KERNELS", "KERNEL_NAMES", "VARIANTS", "attend", "block_sizes", "causal_attention",
+           "cosa_default_scale", "l2_normalize", "query_block_size", "select"]

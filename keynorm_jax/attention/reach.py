@@ -9,7 +9,7 @@ unchanged; every path of `attend` (full, blocked, ReRoPE, windows) measures the 
 import jax
 import jax.numpy as jnp
 
-from keynorm_jax.attention.einsum import attend
+from keynorm_jax.attention.api import attend
 
 
 def key_channels(length: int, bucket: int):

@@ -1,13 +1,11 @@
 """Attention with the model's variant and position method, for one layer of either architecture.
 
 Given q, k, v per head, it asks the position method for this layer's AttentionSpec, lets the
-evaluation column (an inference-time method) rewrite it, builds the learned biases, and runs the
-attention: fused (attention.fused: jax.nn.dot_product_attention on pre-scaled q, k) where the setting
-allows it and the kernel is worth it (cuDNN), else the einsum reference path (attention.attend).
-While the diagnostics collect
-"intermediates" it always takes the einsum path, which also gives the attention entropy, and it
-records per head (`sow`) the key norms, the entropy and the attention's reach (attention/reach.py:
-the mass on each block of `reach_bucket` keys and the mean key index, for every query).
+evaluation column (an inference-time method) rewrite it, builds the learned biases, and calls
+attention.attend with the model's kernel (`model.kernel`; attention/kernels/). While the
+diagnostics collect "intermediates" it also records per head (`sow`) the key norms, the attention
+entropy and the attention's reach (attention/reach.py: the mass on each block of `reach_bucket` keys
+and the mean key index, for every query); the kernel chosen then is one that gives the entropy.
 """
 
 import flax.linen as nn
@@ -15,8 +13,6 @@ import jax.numpy as jnp
 
 from keynorm_jax import positions
 from keynorm_jax.attention import attend
-from keynorm_jax.attention import fused
-from keynorm_jax.attention.fused import CannotFuse, can_fuse, fused_attention
 from keynorm_jax.attention.reach import attend_with_reach
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias, SSMaxScale
@@ -53,23 +49,16 @@ class PositionalAttention(nn.Module):
     elif spec.learned_bias == "fire":
       score_bias = FireBias(cfg.heads, cfg.train_length, name="fire")()
     ssmax = SSMaxScale(cfg.heads, cfg.train_length, name="ssmax")() if cfg.ssmax else None
+    # Positions are 0..T-1 unless the method draws random training positions: say so (None), so
+    # that a kernel can count a window by index.
+    at = positions_BxT if cfg.position_method.random_positions else None
     kwargs.update(variant=cfg.attention, cosa_scale=cfg.resolved_cosa_scale,
-                  score_bias=score_bias, ssmax_scale=ssmax)
+                  score_bias=score_bias, ssmax_scale=ssmax, positions=at, kernel=cfg.kernel)
     self.sow("intermediates", "key_norm", jnp.linalg.norm(k.astype(jnp.float32), axis=-1))
-    if fused.worth_fusing(v.dtype) and not self.is_mutable_collection("intermediates"):
-      # Positions are 0..T-1 unless the method draws random training positions: say so (None),
-      # so that the fused kernel can count a window by index.
-      fused_kwargs = dict(kwargs, positions=(positions_BxT if cfg.position_method.random_positions
-                                             else None))
-      if can_fuse(fused_kwargs):
-        try:
-          return fused_attention(q, k, v, **fused_kwargs)
-        except CannotFuse:
-          pass
     if not self.is_mutable_collection("intermediates"):
-      return attend(q, k, v, positions=positions_BxT, **kwargs)[0]
+      return attend(q, k, v, need_entropy=False, **kwargs)[0]
     out, entropy, reach = attend_with_reach(q, k, v, bucket=reach_bucket(cfg.train_length),
-                                            positions=positions_BxT, **kwargs)
+                                            **kwargs)
     self.sow("intermediates", "attention_entropy", entropy)
     self.sow("intermediates", "attention_reach", reach)
     return out

@@ -8,7 +8,9 @@ import dataclasses
 import math
 
 from keynorm_jax import positions
-from keynorm_jax.attention import VARIANTS, cosa_default_scale
+import jax
+
+from keynorm_jax.attention import KERNEL_NAMES, VARIANTS, cosa_default_scale
 from keynorm_jax.errors import ConfigError
 
 ARCHITECTURES = ("gau", "transformer")
@@ -56,6 +58,7 @@ class ModelConfig:
   rope_theta: float = 10000.0
   compute_dtype: str = "float32"
   param_dtype: str = "float32"
+  kernel: str = "auto"
   remat: bool = False
   scan_layers: bool = False
   train_length: int = 512
@@ -75,6 +78,7 @@ class ModelConfig:
     _choice("mlp", self.mlp, MLPS)
     _choice("compute_dtype", self.compute_dtype, DTYPES)
     _choice("param_dtype", self.param_dtype, DTYPES)
+    _choice("kernel", self.kernel, KERNEL_NAMES)
     for name in ("num_layers", "d_model", "train_length", "vocab_size"):
       if getattr(self, name) < 1:
         raise ConfigError(f"model.{name} must be at least 1, got {getattr(self, name)}.")
@@ -129,6 +133,12 @@ class ModelConfig:
   @property
   def position_method(self) -> positions.TrainingMethod:
     return positions.training_method(self.position, dict(self.position_options))
+
+  @property
+  def cpu_ops(self) -> bool:
+    """Whether the dense layers take the CPU seam's products (keynorm_jax/cpu/): with the `cpu`
+    kernel, or `auto` on a CPU backend."""
+    return self.kernel == "cpu" or (self.kernel == "auto" and jax.default_backend() == "cpu")
 
   @property
   def heads(self) -> int:

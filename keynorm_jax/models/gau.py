@@ -18,7 +18,7 @@ from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.layer_stack import layer_stack
 from keynorm_jax.models.layers import ScaleOffset, norm_layer, rms_norm
 from keynorm_jax.models.lm_parts import Embedder, sequence_positions
-from keynorm_jax.models.matmul import linear, matmul
+from keynorm_jax.models.linear import linear, matmul
 
 
 class SplitDense(nn.Module):
@@ -28,6 +28,7 @@ class SplitDense(nn.Module):
   slices: a third of evaluation's peak memory.)"""
   features: tuple
   dtype: str = "float32"
+  cpu_ops: bool = False
 
   @nn.compact
   def __call__(self, x):
@@ -35,7 +36,7 @@ class SplitDense(nn.Module):
                         (x.shape[-1], sum(self.features)))
     x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
     splits = [sum(self.features[:i + 1]) for i in range(len(self.features) - 1)]
-    return [matmul(x, w) for w in jnp.split(kernel, splits, axis=-1)]
+    return [matmul(x, w, self.cpu_ops) for w in jnp.split(kernel, splits, axis=-1)]
 
 
 class GAULayer(nn.Module):
@@ -56,13 +57,14 @@ class GAULayer(nn.Module):
     cfg = self.config
     dtype = jnp.dtype(cfg.compute_dtype)
     u, v, z = (nn.swish(part) for part in SplitDense(
-        (cfg.expansion, cfg.expansion, cfg.qk_size), dtype=dtype, name="wi")(x))
+        (cfg.expansion, cfg.expansion, cfg.qk_size), dtype=dtype, cpu_ops=cfg.cpu_ops,
+        name="wi")(x))
     q, k = ScaleOffset(name="q_scale_offset")(z), ScaleOffset(name="k_scale_offset")(z)
     if cfg.qk_norm != "none":
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
     out = PositionalAttention(cfg, self.layer, self.column, name="attention")(
         q[:, :, None], k[:, :, None], v[:, :, None], positions_BxT)[:, :, 0]
-    out = linear(x.shape[-1], dtype, "wo")(u * out)
+    out = linear(x.shape[-1], dtype, "wo", cfg.cpu_ops)(u * out)
     return nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
 
 

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.layers import AbsolutePositions
-from keynorm_jax.models.matmul import linear
+from keynorm_jax.models.linear import linear
 
 
 def sequence_positions(module: nn.Module, cfg: ModelConfig, batch: int, length: int,
@@ -36,7 +36,7 @@ class Embedder(nn.Module):
     self.absolute = (AbsolutePositions(absolute, cfg.train_length, name="positions")
                      if absolute else None)
     if not cfg.tie_embeddings:
-      self.head = linear(cfg.vocab_size, None, "head")
+      self.head = linear(cfg.vocab_size, None, "head", cfg.cpu_ops)
 
   def __call__(self, tokens_BxT, positions_BxT):
     x = self.embed(tokens_BxT).astype(jnp.dtype(self.config.compute_dtype))

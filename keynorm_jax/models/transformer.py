@@ -20,7 +20,7 @@ from keynorm_jax.models.attention_block import PositionalAttention
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.layer_stack import layer_stack
 from keynorm_jax.models.layers import norm_layer
-from keynorm_jax.models.matmul import linear
+from keynorm_jax.models.linear import linear
 from keynorm_jax.models.lm_parts import Embedder, sequence_positions
 
 
@@ -38,7 +38,8 @@ class MLP(nn.Module):
   @nn.compact
   def __call__(self, x):
     cfg = self.config
-    dense = lambda features, name: linear(features, jnp.dtype(cfg.compute_dtype), name)
+    dense = lambda features, name: linear(features, jnp.dtype(cfg.compute_dtype), name,
+                                          cfg.cpu_ops)
     width = cfg.resolved_mlp_size
     if cfg.mlp == "swiglu":
       hidden = nn.silu(dense(width, "gate")(x)) * dense(width, "up")(x)
@@ -55,7 +56,8 @@ class TransformerBlock(nn.Module):
   @nn.compact
   def __call__(self, x, positions_BxT, deterministic: bool):
     cfg = self.config
-    dense = lambda features, name: linear(features, jnp.dtype(cfg.compute_dtype), name)
+    dense = lambda features, name: linear(features, jnp.dtype(cfg.compute_dtype), name,
+                                          cfg.cpu_ops)
     batch, length, _ = x.shape
     heads, kv_heads, size = cfg.heads, cfg.kv_heads, cfg.head_size
     h = block_norm(cfg.norm, "attention_norm")(x)

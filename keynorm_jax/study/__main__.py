@@ -8,11 +8,6 @@ run keys (e.g. kna_alibi__seed0); --max_runs to a number of new runs; --shard=i/
 from the i-th, so that n processes share one accelerator (README: "The field study").
 """
 
-from keynorm_jax import host_memory  # first of all: see host_memory
-
-host_memory.keep_freed_memory()
-
-# pylint: disable=wrong-import-position
 from absl import app, flags, logging
 
 from keynorm_jax import cli

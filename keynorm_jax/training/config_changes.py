@@ -21,7 +21,8 @@ import pathlib
 from keynorm_jax.run_config import ConfigError
 
 FREE_CHANGES = ("checkpoint_every_steps", "max_checkpoints_to_keep", "log_every_steps",
-                "eval_every_steps", "num_devices", "fsdp")
+                "eval_every_steps", "num_devices", "fsdp",
+                "model.kernel")   # the attention kernel: the same function, computed another way
 OPTIMIZER_CHANGES = ("learning_rate", "warmup_steps", "num_train_steps",
                      "end_learning_rate_ratio", "weight_decay", "grad_clip_norm")
 HISTORY_FILE = "config_history.jsonl"

@@ -111,7 +111,7 @@ def outcomes(tmp_path_factory):
       cases = [args for c, args, *_ in BAD + GOOD if c == cli]
       argv = [[a.format(case=root / cli / str(i), file=root / "a_file") for a in base + args]
               for i, args in enumerate(cases)]
-      env = dict(os.environ, KEYNORM_MALLOC="default", JAX_PLATFORMS="cpu")
+      env = dict(os.environ, JAX_PLATFORMS="cpu")
       result = subprocess.run([sys.executable, "-c", DRIVER, target, json.dumps(argv)], cwd=REPO,
                               capture_output=True, text=True, timeout=300, env=env, check=False)
       assert result.returncode == 0, result.stderr[-3000:]

@@ -17,29 +17,17 @@ function's.
 import jax
 import jax.numpy as jnp
 
-from keynorm_jax.trace_switch import TraceSwitch
-
-_OWN_OP = TraceSwitch(True)  # False under fused_everywhere(): XLA fuses as it likes (reference)
-
 
 def own_op(fn, x):
-  """fn(x), on the CPU backend as an op of its own (see the module docstring); elsewhere (not
-  measured there), or under fused_everywhere(), plain fn(x).
+  """fn(x) as an op of its own (see the module docstring). Callers take this path on the CPU only
+  (model.kernel `cpu`, or `auto` there); it is correct on any backend but measured on the CPU only.
 
   The predicate reads x's first element: under a sharded x (data parallel on several CPU devices)
   that may cost a small exchange per call (not measured). Under jax.vmap with a batched x the
   conditional becomes a select, and the boundary is gone (nothing here vmaps it)."""
-  if _OWN_OP.value and jax.default_backend() == "cpu":
-    return jax.lax.cond(x.reshape(-1)[0] >= 0, fn, fn, x)
-  return fn(x)
+  return jax.lax.cond(x.reshape(-1)[0] >= 0, fn, fn, x)
 
 
 def transposed(x, axes=None):
-  """jnp.transpose(x, axes) as an op of its own on the CPU backend: a tiled copy."""
+  """jnp.transpose(x, axes) as an op of its own: on the CPU backend a tiled copy."""
   return own_op(lambda a: jnp.transpose(a, axes), x)
-
-
-def fused_everywhere():
-  """Within: `own_op` traced is plain fn(x), fused as XLA likes (the reference for tests and A/B
-  timings)."""
-  return _OWN_OP.set_to(False)

@@ -1,8 +1,8 @@
 """Key-blocked attention with an online softmax (flash-style, in JAX), for long sequences.
 
-einsum.attend prepares q and k (normalization, RoPE, ReRoPE's far rotations, per-query factors)
-and hands over `block_scores`, its own function of a block of queries and a block of keys: every
-score, bias and mask is computed by the same code as on the full path. Here the queries go in
+attention/prepare.py prepares q and k (normalization, RoPE, ReRoPE's far rotations, per-query
+factors) and attention/scores.py scores a block of queries against a block of keys: every score,
+bias and mask is computed by the same code as in the reference kernel. Here the queries go in
 blocks and, for each, a loop runs over only the key blocks that can hold a kept key:
 
   from the first block a window (or the sinks) can reach up to the block of the last query (causal),
@@ -27,19 +27,11 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from keynorm_jax.attention.kernels.base import Kernel
+from keynorm_jax.attention.prepare import Side
+from keynorm_jax.attention.scores import block_scores, head_by_head
 
-class Side(NamedTuple):
-  """The per-position inputs of one side (queries or keys) of attention, as einsum.attend uses them.
-
-  near: [B, N, H, S] rotated at the positions; far: the second rotation (ReRoPE, sinks) or None;
-  positions: [B, N]; index: [N] sequence index (the causal mask); multiplier: [B, N, H] factor on
-  the scores (queries only).
-  """
-  near: jax.Array
-  far: Optional[jax.Array]
-  positions: jax.Array
-  index: jax.Array
-  multiplier: Optional[jax.Array] = None
+DEFAULT_BLOCK = 512   # queries and keys per block unless told
 
 
 class _Blocks(NamedTuple):
@@ -270,7 +262,7 @@ def blocked_attention(block_scores, queries: Side, keys: Side, values_BxTxHxE, *
   block_scores(query Side block, key Side block) -> (scores [B, H, Q, K] with masked entries at a
     large negative value, keep [B, 1, Q, K]). Arrays it closes over (learned biases) get their
     gradients too.
-  window, sink_tokens: as in einsum.attend (used only to bound the key blocks; the mask is
+  window, sink_tokens: as in Mods (used only to bound the key blocks; the mask is
     block_scores').
 
   Returns (out [B, T, H, E] float32, entropy [B, T, H]).
@@ -286,3 +278,17 @@ def blocked_attention(block_scores, queries: Side, keys: Side, values_BxTxHxE, *
   out, entropy = _attention(static, scores_fn, _floats(queries), (queries.positions, queries.index),
                             _floats(keys), (keys.positions, keys.index), values, consts)
   return out[:, :length], entropy[:, :length]
+
+
+def run(prepared, blocks=None):
+  """The kernel: blocks = (queries, keys) per block, default DEFAULT_BLOCK each."""
+  p = head_by_head(prepared)
+  length = p.values.shape[1]
+  query_block, key_block = (min(b, length) for b in (blocks or (DEFAULT_BLOCK, DEFAULT_BLOCK)))
+  return blocked_attention(lambda queries, keys: block_scores(p.mods, queries, keys), p.queries,
+                           p.keys, p.values, query_block=query_block, key_block=key_block,
+                           window=p.mods.window, sink_tokens=p.mods.sink_tokens)
+
+
+KERNEL = Kernel("blocked", "query and key blocks with an online softmax, skipping empty blocks "
+                "(bounded memory at any length)", run)

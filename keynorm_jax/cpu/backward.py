@@ -1,5 +1,5 @@
 """A function of two arrays with a hand-written backward pass whose residuals are its inputs: the
-shape both CPU fast paths take (models/matmul.py, attention/products.py)."""
+shape both CPU fast paths take (cpu/dense.py, cpu/products.py)."""
 
 import jax
 

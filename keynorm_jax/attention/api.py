@@ -1,0 +1,77 @@
+"""The one function a model calls: `attend` prepares q, k, v once and runs the chosen kernel."""
+
+import jax.numpy as jnp
+
+from keynorm_jax.attention import kernels
+from keynorm_jax.attention.kernels.base import FULL_SQUARE_MAX_LENGTH, Shape
+from keynorm_jax.attention.kernels.blocked import DEFAULT_BLOCK
+from keynorm_jax.attention.prepare import check_options, mods_of, prepare
+
+
+def query_block_size(length: int) -> int:
+  """Queries per block: all at once up to FULL_SQUARE_MAX_LENGTH tokens, else DEFAULT_BLOCK."""
+  return length if length <= FULL_SQUARE_MAX_LENGTH else DEFAULT_BLOCK
+
+
+def block_sizes(length: int, query_block=None, key_block=None):
+  """(queries, keys) per block of `attend`, or (None, None) for every score at once.
+
+  Default: all at once up to FULL_SQUARE_MAX_LENGTH tokens, else DEFAULT_BLOCK x DEFAULT_BLOCK.
+  Either size given alone sets the other.
+  """
+  if query_block is None and key_block is None:
+    query_block = query_block_size(length)
+    key_block = length if query_block >= length else DEFAULT_BLOCK
+  query_block = query_block or key_block
+  key_block = key_block or query_block
+  if query_block < 1 or key_block < 1:
+    raise ValueError(f"Block sizes must be >= 1, got {query_block} queries x {key_block} keys.")
+  if query_block >= length and key_block >= length:
+    return None, None
+  return min(query_block, length), min(key_block, length)
+
+
+def attend(q, k, v, *, kernel="auto", need_entropy=True, query_block=None, key_block=None,
+           **options):
+  """Causal attention; returns (o, attention entropy in nats, or None where the kernel gives none).
+
+  q, k: [B, T, S] queries and keys before RoPE ([B, T, H, S] for several heads; keys and values
+    may have fewer heads: grouped-query attention). v: [B, T, E] ([B, T, Hkv, E]).
+  kernel: a name of kernels.NAMES ("auto": see kernels/__init__.py).
+  need_entropy: the caller reads the entropy (kernels that give none are passed over).
+  query_block, key_block: queries and keys per block; given and shorter than T, the blocked kernel
+    runs with them (the numbers are the same).
+  options: those of prepare.prepare (variant, inv_freq, positions, logn_base, attention_factor,
+    rerope_window, leaky_rerope_factor, cosa_scale, posthoc_logn_length, alibi_slope, window,
+    sink_tokens, xpos_gamma, xpos_scale_base, score_bias(relative [B, Q, K] float32, query
+    positions [B, Q]) -> bias broadcastable to [B, H, Q, K], ssmax_scale).
+
+  Returns:
+    o with v's layout and dtype; entropy [B, T] (or [B, T, H]) or None.
+  """
+  check_options(**{name: options.get(name) for name in (
+      "variant", "cosa_scale", "rerope_window", "leaky_rerope_factor", "logn_base", "window",
+      "sink_tokens", "inv_freq", "xpos_gamma")})
+  single_head = q.ndim == 3
+  if single_head:
+    q, k, v = q[:, :, None], k[:, :, None], v[:, :, None]
+  batch, length, heads, size = q.shape
+  shape = Shape(batch, length, heads, k.shape[2], size, v.shape[-1], v.dtype)
+  blocks = block_sizes(length, query_block, key_block)
+  explicit_blocks = query_block is not None or key_block is not None
+  if explicit_blocks and blocks != (None, None):
+    kernel = "blocked"
+  elif explicit_blocks and kernel == "blocked":
+    kernel = "auto"     # blocks as long as the sequence: every score at once
+  chosen = kernels.select(kernel, mods_of(**options), shape, need_entropy=need_entropy)
+  prepared = prepare(q, k, v, rope_table_op=chosen.rope_table_op, **options)
+  out, entropy = chosen.run(prepared, None if blocks == (None, None) else blocks)
+  out = out.astype(v.dtype)
+  if single_head:
+    return out[:, :, 0], None if entropy is None else entropy[:, :, 0]
+  return out, entropy
+
+
+def causal_attention(q, k, v, *, variant, kernel="auto", **options):
+  """attend's output alone (see attend for the arguments)."""
+  return attend(q, k, v, variant=variant, kernel=kernel, need_entropy=False, **options)[0]

@@ -1,0 +1,59 @@
+"""The attention kernels, by name, and the choice among them (`select`).
+
+  reference  the definition (full square, einsum products): what the others are tested against
+  cpu        the reference laid out for XLA's CPU backend (causal query blocks, row-major products)
+  blocked    query and key blocks with an online softmax: bounded memory at any length
+  cudnn      cuDNN flash attention (GPU, bfloat16 / float16), on pre-scaled q and k
+  xla        jax.nn.dot_product_attention's XLA implementation, on pre-scaled q and k
+
+`model.kernel` names one, or `auto`: cuDNN on a GPU where it can express the setting; past
+FULL_SQUARE_MAX_LENGTH tokens `blocked`; else `cpu` on a CPU backend and `reference` elsewhere.
+A named kernel that refuses a setting (kernel.refusal says why) gives way to `auto`'s choice, with a
+warning logged once per reason. Adding a kernel: its file, a line in KERNELS, and its row in
+tests/test_kernels.py's conformance table.
+"""
+
+from absl import logging
+import jax
+
+from keynorm_jax.attention.kernels import blocked, cpu, dot_product, reference
+from keynorm_jax.attention.kernels.base import FULL_SQUARE_MAX_LENGTH, Kernel, Shape
+
+KERNELS = {kernel.name: kernel for kernel in (reference.KERNEL, cpu.KERNEL, blocked.KERNEL,
+                                              dot_product.CUDNN, dot_product.XLA)}
+NAMES = ("auto",) + tuple(KERNELS)
+_warned: set = set()
+
+
+def refusal(kernel: Kernel, mods, shape: Shape, need_entropy: bool = False):
+  """Why `kernel` cannot run this call (None: it can)."""
+  if need_entropy and not kernel.gives_entropy:
+    return "it gives no attention entropy (the diagnostics need it)"
+  return kernel.refusal(mods, shape)
+
+
+def auto_order(shape: Shape) -> tuple:
+  """The kernels `auto` tries, in order (the last, `blocked` or `reference`, takes anything)."""
+  backend = jax.default_backend()
+  order = ("cudnn",) if backend == "gpu" else ()
+  if shape.length > FULL_SQUARE_MAX_LENGTH:
+    return order + ("blocked",)
+  return order + (("cpu",) if backend == "cpu" else ()) + ("reference",)
+
+
+def select(name: str, mods, shape: Shape, *, need_entropy: bool = False) -> Kernel:
+  """The kernel that runs a call: `name`'s, unless it refuses (then auto's, with a warning)."""
+  if name not in NAMES:
+    raise ValueError(f"Unknown attention kernel {name!r}; choose one of {', '.join(NAMES)}.")
+  if name != "auto":
+    reason = refusal(KERNELS[name], mods, shape, need_entropy)
+    if reason is None:
+      return KERNELS[name]
+    if (name, reason) not in _warned:
+      _warned.add((name, reason))
+      logging.warning("Attention kernel %r cannot run this call: %s; using auto's choice.", name,
+                      reason)
+  for candidate in auto_order(shape):
+    if refusal(KERNELS[candidate], mods, shape, need_entropy) is None:
+      return KERNELS[candidate]
+  return KERNELS["blocked"]

@@ -1,0 +1,51 @@
+"""What a kernel is: a function of a Prepared (attention/prepare.py) and the settings it can run.
+
+A kernel returns (out [B, T, H, E], entropy [B, T, H] in nats, or None where it gives none) and says
+with `refusal(mods, shape)` why it cannot run a setting (None: it can). Registered in
+kernels/__init__.py; every kernel passes the shared conformance test against `reference`
+(tests/test_kernels.py).
+"""
+
+import dataclasses
+from typing import Callable, NamedTuple, Optional
+
+import numpy as np
+
+FULL_SQUARE_MAX_LENGTH = 2048   # longer sequences go to the blocked kernel (bounded memory)
+
+
+class Shape(NamedTuple):
+  """The static shape of one attention call."""
+  batch: int
+  length: int
+  heads: int
+  kv_heads: int
+  size: int          # of q and k
+  value_size: int
+  dtype: np.dtype    # the values' (and the output's)
+
+
+def accept(mods, shape) -> Optional[str]:   # pylint: disable=unused-argument
+  """A kernel's refusal that refuses nothing."""
+  return None
+
+
+def longer_than_full_square(shape: Shape) -> Optional[str]:
+  """The refusal of kernels that score all T x T pairs at once, past FULL_SQUARE_MAX_LENGTH."""
+  if shape.length > FULL_SQUARE_MAX_LENGTH:
+    return (f"it scores all {shape.length} x {shape.length} pairs at once (past "
+            f"{FULL_SQUARE_MAX_LENGTH} tokens the blocked kernel bounds the memory)")
+  return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+  """name; run(prepared, blocks) -> (out, entropy or None), blocks = (queries, keys) per block or
+  None (only the blocked kernel reads it); refusal(mods, shape) -> reason or None; gives_entropy;
+  rope_table_op: prepare computes RoPE's table as an op of its own (the CPU layout)."""
+  name: str
+  summary: str
+  run: Callable
+  refusal: Callable = accept
+  gives_entropy: bool = True
+  rope_table_op: bool = False

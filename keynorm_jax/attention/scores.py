@@ -1,0 +1,84 @@
+"""The scores of a block of queries against a block of keys: the one home of the biases and masks.
+
+score_ij = multiplier_i x (q_i . k_j), with the far rotation's product where p_i - p_j >= far_from
+(ReRoPE, sinks), minus ALiBi's m_h x distance, plus a learned bias of the distance; masked
+(MASKED) where j > i (by index), outside the window, unless a sink. The distance is p_i - p_j, or for
+a sink key outside the window its distance in the StreamingLLM cache, (k + w - 1) - p_j. Every
+einsum kernel computes its scores here (the full square and every block alike), so they cannot
+disagree on a formula.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from keynorm_jax.attention.prepare import Mods, Prepared, Side
+
+MASKED = -1e30
+
+
+def head_by_head(prepared: Prepared) -> Prepared:
+  """The values in float32, and keys and values repeated to one per query head (grouped-query
+  attention), for the kernels that score head by head. (A repeat by 1 is skipped: it would still
+  copy.)"""
+  prepared = prepared._replace(values=prepared.values.astype(jnp.float32))
+  heads, kv_heads = prepared.queries.near.shape[2], prepared.keys.near.shape[2]
+  if heads == kv_heads:
+    return prepared
+  repeat = lambda x: None if x is None else jnp.repeat(x, heads // kv_heads, axis=2)
+  keys = prepared.keys._replace(near=repeat(prepared.keys.near), far=repeat(prepared.keys.far))
+  return prepared._replace(keys=keys, values=repeat(prepared.values))
+
+
+def bias_and_keep(mods: Mods, queries: Side, keys: Side, heads: int):
+  """(additive bias [B, H, Q, K] float32 or None, keep [B, 1, Q, K] bool) of a block: what is added
+  to multiplier x q . k, and which pairs are kept."""
+  relative_BxQxK = (queries.positions[:, :, None]
+                    - keys.positions[:, None, :]).astype(jnp.float32)
+  distance_BxQxK = relative_BxQxK
+  if mods.sink_tokens is not None:
+    cache_distance = ((mods.sink_tokens + mods.window - 1)
+                      - keys.positions[:, None, :].astype(jnp.float32))
+    distance_BxQxK = jnp.where(relative_BxQxK < mods.window, relative_BxQxK, cache_distance)
+  bias = None
+  if mods.alibi_slopes is not None:
+    slopes_H = jnp.broadcast_to(mods.alibi_slopes, (heads,))
+    bias = -slopes_H[None, :, None, None] * distance_BxQxK[:, None]
+  if mods.score_bias is not None:
+    learned = mods.score_bias(distance_BxQxK, queries.positions)
+    bias = learned if bias is None else bias + learned
+  keep_QxK = queries.index[:, None] >= keys.index[None, :]
+  keep_BxQxK = jnp.broadcast_to(keep_QxK, relative_BxQxK.shape)
+  if mods.window is not None:
+    near = relative_BxQxK < mods.window
+    if mods.sink_tokens is not None:
+      near = near | (keys.positions[:, None, :] < mods.sink_tokens)
+    keep_BxQxK = keep_BxQxK & near
+  return bias, keep_BxQxK[:, None]
+
+
+def block_scores(mods: Mods, queries: Side, keys: Side, product=None):
+  """(scores [B, H, Q, K] float32 with MASKED where masked, keep [B, 1, Q, K] bool).
+
+  product(q [B, Q, H, S], k [B, K, H, S]) -> [B, H, Q, K]: the kernel's q . k (default einsum).
+  """
+  product = product or (lambda a, b: jnp.einsum("bqhs,bkhs->bhqk", a, b))
+  scores_BxHxQxK = product(queries.near, keys.near)
+  if queries.far is not None:
+    relative_BxQxK = (queries.positions[:, :, None]
+                      - keys.positions[:, None, :]).astype(jnp.float32)
+    far_BxHxQxK = product(queries.far, keys.far)
+    scores_BxHxQxK = jnp.where((relative_BxQxK < mods.far_from)[:, None], scores_BxHxQxK,
+                               far_BxHxQxK)
+  scores_BxHxQxK = scores_BxHxQxK * jnp.moveaxis(queries.multiplier, 2, 1)[..., None]
+  bias, keep_Bx1xQxK = bias_and_keep(mods, queries, keys, queries.near.shape[2])
+  if bias is not None:
+    scores_BxHxQxK = scores_BxHxQxK + bias
+  return jnp.where(keep_Bx1xQxK, scores_BxHxQxK, MASKED), keep_Bx1xQxK
+
+
+def softmax_with_entropy(scores_BxHxQxK, keep_Bx1xQxK):
+  """(probabilities [B, H, Q, K], entropy [B, Q, H] in nats) of masked scores, in float32."""
+  probs_BxHxQxK = jax.nn.softmax(scores_BxHxQxK, axis=-1)
+  log_probs = jnp.where(keep_Bx1xQxK, jax.nn.log_softmax(scores_BxHxQxK, axis=-1), 0.0)
+  entropy_BxQxH = jnp.moveaxis(-jnp.sum(probs_BxHxQxK * log_probs, axis=-1), 1, 2)
+  return probs_BxHxQxK, entropy_BxQxH

@@ -1,0 +1,66 @@
+"""Attention's two batched products laid out for XLA's CPU backend (the `cpu` kernel's):
+
+  scores = q k^T       [B, Q, H, S] x [B, K, H, S] -> [B, H, Q, K]   (query_key_scores)
+  out    = probs v     [B, H, Q, K] x [B, K, H, E] -> [B, Q, H, E]   (probs_times_values)
+
+XLA's CPU backend runs a product as a fast YNNPACK kernel only when it is row-major: the lhs
+contracting its minor axis, the rhs its major axis. jnp.einsum's order for probs x values emits
+dot_general(values, probs) and a transpose, so the step materialized V^T (once per query block)
+and P^T and computed V^T P^T; autodiff's gradients dK = dS^T Q and dV = P^T dO contract the query
+axis, the major axis of dS and P, which XLA runs as Eigen dots at about half the speed. Here probs x
+values is dot_general(probs, values), and both products have a custom backward whose every product
+is row-major, dS^T and P^T materialized as their own copies (boundary.transposed). The same sums as
+the reference kernel's einsums (attention/kernels/reference.py), within float32 rounding
+(benchmarks/PROFILE_NOTES.md); measured on the CPU only.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from keynorm_jax.cpu.backward import with_backward
+from keynorm_jax.cpu.boundary import transposed
+
+
+def einsum_scores(q_BxQxHxS, k_BxKxHxS):
+  """q [B, Q, H, S] x k [B, K, H, S] -> scores [B, H, Q, K], as written (the reference)."""
+  return jnp.einsum("bqhs,bkhs->bhqk", q_BxQxHxS, k_BxKxHxS)
+
+
+def einsum_probs_times_values(probs_BxHxQxK, values_BxKxHxE):
+  """probs [B, H, Q, K] x values [B, K, H, E] -> [B, Q, H, E], as written (the reference)."""
+  return jnp.einsum("bhqk,bkhe->bqhe", probs_BxHxQxK, values_BxKxHxE)
+
+
+def _ordered_product(a_BxHxQxK, b_BxKxHxE):
+  """a [B, H, Q, K] x b [B, K, H, E] -> [B, Q, H, E] as dot_general(a, b) -> [B, H, Q, E] (a
+  row-major product) and a transpose (a bitcast for one head)."""
+  out_BxHxQxE = jax.lax.dot_general(a_BxHxQxK, b_BxKxHxE, (((3,), (1,)), ((0, 1), (0, 2))),
+                                    preferred_element_type=jnp.float32)
+  return jnp.transpose(out_BxHxQxE, (0, 2, 1, 3)).astype(jnp.result_type(a_BxHxQxK, b_BxKxHxE))
+
+
+def _swap_last(x_BxHxQxK):
+  """x^T over the last two axes, as its own copy."""
+  return transposed(x_BxHxQxK, (0, 1, 3, 2))
+
+
+def _probs_times_values_bwd(residuals, g_BxQxHxE):
+  """dP = dO V^T; dV = P^T dO."""
+  probs_BxHxQxK, values_BxKxHxE = residuals
+  grad_probs = einsum_scores(g_BxQxHxE, values_BxKxHxE).astype(probs_BxHxQxK.dtype)
+  grad_values = _ordered_product(_swap_last(probs_BxHxQxK), g_BxQxHxE).astype(values_BxKxHxE.dtype)
+  return grad_probs, grad_values
+
+
+def _scores_bwd(residuals, g_BxHxQxK):
+  """dQ = dS K; dK = dS^T Q."""
+  q_BxQxHxS, k_BxKxHxS = residuals
+  grad_q = _ordered_product(g_BxHxQxK, k_BxKxHxS).astype(q_BxQxHxS.dtype)
+  grad_k = _ordered_product(_swap_last(g_BxHxQxK), q_BxQxHxS).astype(k_BxKxHxS.dtype)
+  return grad_q, grad_k
+
+
+# probs [B, H, Q, K] x values [B, K, H, E] -> [B, Q, H, E], with the backward pass above.
+probs_times_values = with_backward(_ordered_product, _probs_times_values_bwd)
+# q [B, Q, H, S] x k [B, K, H, S] -> scores [B, H, Q, K], with the backward pass above.
+query_key_scores = with_backward(einsum_scores, _scores_bwd)

@@ -1,0 +1,68 @@
+"""The shared case table of attention settings: every option of attention.attend, at T = 37 (blocks
+of 8 really split queries and keys, the last block ragged), for the kernel conformance test
+(test_kernels.py) and the blocked kernel's own tests."""
+
+import math
+
+import jax
+import numpy as np
+
+from keynorm_jax import positions
+from keynorm_jax.models.position_bias import FireBias, KerpleLogBias
+
+B, T, H, S, E = 2, 37, 4, 8, 6
+INV = np.array([100.0**(-2 * m / S) for m in range(S // 2)], np.float32)
+BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
+
+
+def inputs(seed=0, heads=H, kv_heads=None, value_size=E):
+  """q [B, T, heads, S], k [B, T, kv_heads, S], v [B, T, kv_heads, value_size] float32."""
+  rng = np.random.default_rng(seed)
+  kv = kv_heads or heads
+  return (rng.normal(size=(B, T, heads, S)).astype(np.float32),
+          rng.normal(size=(B, T, kv, S)).astype(np.float32),
+          rng.normal(size=(B, T, kv, value_size)).astype(np.float32))
+
+
+def learned_bias(module):
+  return module.apply(module.init(jax.random.PRNGKey(3)))
+
+
+def sorted_random_positions(seed):
+  """[B, T] sorted distinct positions in [0, 4T), a different draw per row (randomized RoPE)."""
+  rng = np.random.default_rng(seed)
+  return np.stack([np.sort(rng.choice(4 * T, T, replace=False)) for _ in range(B)])
+
+
+CASES = {
+    "baseline": dict(variant="baseline"),
+    "qna_rope": dict(variant="qna", inv_freq=INV),
+    "kna_rope": dict(variant="kna", inv_freq=INV),
+    "cosa_rope_logn": dict(variant="cosa", inv_freq=INV, cosa_scale=4 * math.log(6), logn_base=6),
+    "yarn_factor_posthoc_logn": dict(variant="kna", inv_freq=INV, attention_factor=1.2,
+                                     posthoc_logn_length=8),
+    "xpos": dict(variant="baseline", inv_freq=INV, xpos_gamma=0.4, xpos_scale_base=8.0),
+    "rerope": dict(variant="baseline", inv_freq=INV, rerope_window=6),
+    "rerope_wider_than_blocks": dict(variant="kna", inv_freq=INV, rerope_window=19, logn_base=6),
+    "leaky_rerope": dict(variant="cosa", inv_freq=INV, rerope_window=4, leaky_rerope_factor=3.0,
+                         cosa_scale=3.0),
+    "window_smaller_than_block": dict(variant="baseline", window=3),
+    "window_rope": dict(variant="kna", inv_freq=INV, window=11),
+    "window_alibi": dict(variant="baseline", window=9, alibi_slope=0.3),
+    "sinks": dict(variant="baseline", inv_freq=INV, window=7, sink_tokens=2),
+    "sinks_over_a_block": dict(variant="baseline", inv_freq=INV, window=4, sink_tokens=10),
+    "sinks_alibi": dict(variant="kna", window=6, sink_tokens=3, alibi_slope=0.2),
+    "alibi_per_head": dict(variant="baseline",
+                           alibi_slope=np.array(positions.alibi_slopes(H), np.float32)),
+    "ssmax": dict(variant="qna", ssmax_scale=np.array([0.4, 0.9, 1.7, 1.1], np.float32)),
+    "kerple": dict(variant="kna", score_bias=learned_bias(KerpleLogBias(H))),
+    "fire": dict(variant="baseline", score_bias=learned_bias(FireBias(H, 16))),
+    "fire_sinks": dict(variant="baseline", inv_freq=INV, window=8, sink_tokens=2,
+                       score_bias=learned_bias(FireBias(H, 16))),
+    "shifted_positions": dict(variant="kna", inv_freq=INV, window=10,
+                              positions=np.arange(T) + 1000),
+    "random_positions_per_row": dict(variant="baseline", inv_freq=INV, window=20,
+                                     positions=sorted_random_positions(1)),
+    "random_positions_rerope": dict(variant="kna", inv_freq=INV, rerope_window=30,
+                                    positions=sorted_random_positions(2)),
+}

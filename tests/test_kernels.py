@@ -1,0 +1,137 @@
+"""Every registered attention kernel against the reference kernel, on the shared case table
+(attention_cases.py): outputs, entropies (where the kernel gives them) and gradients, or a refusal
+with its reason where the kernel cannot express the case; and the choice among them (`select`)."""
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from keynorm_jax import attention
+from keynorm_jax.attention import attend, kernels
+from keynorm_jax.attention.kernels.base import Shape
+from keynorm_jax.attention.prepare import mods_of
+from attention_cases import CASES, E, H, S, T, inputs
+
+# Kernel -> the cases it refuses (a reason each), and the block sizes it runs with (blocked).
+REFUSED = {
+    "reference": set(),
+    "cpu": set(),
+    "blocked": set(),
+    # A window or ReRoPE over explicit positions (the calls count indices).
+    "xla": {"shifted_positions", "random_positions_per_row", "random_positions_rerope"},
+    "cudnn": set(CASES) | {"values_wider"},   # refused on a CPU: "cuDNN runs on a GPU only"
+}
+BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
+# The same cases with the GAU's layout (values wider than q and k) for the shape refusals.
+ALL_CASES = sorted(CASES) + ["values_wider"]
+GRADIENT_CASES = ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block", "window_alibi",
+                  "xpos", "random_positions_per_row", "ssmax", "cosa_rope_logn", "fire_sinks",
+                  "fire", "values_wider"]
+# Computed forward only (two calls merged by log-sum-exps): differentiating them raises.
+FORWARD_ONLY = {"xla": {"rerope", "leaky_rerope", "sinks_over_a_block", "fire_sinks"}}
+
+
+def _case(case):
+  """q, k, v (4 query heads sharing 2 key/value heads; values as wide as q and k, or wider as the
+  GAU's) and the options of a case."""
+  if case == "values_wider":
+    return (*inputs(11, kv_heads=2, value_size=3 * S), CASES["kna_rope"])
+  return (*inputs(sorted(CASES).index(case), kv_heads=2, value_size=S), CASES[case])
+
+
+def _reason(name, q, k, v, options, need_entropy=False):
+  shape = Shape(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3], v.dtype)
+  return kernels.refusal(kernels.KERNELS[name], mods_of(**options), shape, need_entropy)
+
+
+def _run(name, q, k, v, options, case_index=0):
+  blocks = dict(zip(("query_block", "key_block"), BLOCKS[case_index % len(BLOCKS)]))
+  return attend(q, k, v, kernel=name, need_entropy=False, **options,
+                **(blocks if name == "blocked" else {}))
+
+
+def test_every_kernel_has_a_row():
+  assert set(REFUSED) == set(kernels.KERNELS)
+
+
+@pytest.mark.parametrize("name", [n for n in kernels.KERNELS if n != "reference"])
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_kernel_matches_reference_or_refuses(name, case):
+  q, k, v, options = _case(case)
+  reason = _reason(name, q, k, v, options)
+  if case in REFUSED[name]:
+    assert reason, f"{name} runs {case}: update REFUSED"
+    return
+  assert reason is None, reason
+  out, entropy = _run(name, q, k, v, options, ALL_CASES.index(case))
+  want_out, want_entropy = attend(q, k, v, kernel="reference", **options)
+  np.testing.assert_allclose(np.asarray(out), np.asarray(want_out), atol=2e-5, rtol=2e-5)
+  if kernels.KERNELS[name].gives_entropy:
+    np.testing.assert_allclose(np.asarray(entropy), np.asarray(want_entropy), atol=2e-5)
+  else:
+    assert entropy is None
+
+
+@pytest.mark.parametrize("name, case", [
+    (n, c) for n in kernels.KERNELS if n != "reference" for c in GRADIENT_CASES
+    if c not in REFUSED[n] | FORWARD_ONLY.get(n, set())])
+def test_kernel_gradients_match_reference(name, case):
+  q, k, v, options = _case(case)
+  index = ALL_CASES.index(case)
+  gives_entropy = kernels.KERNELS[name].gives_entropy
+
+  def reference_loss(*args):
+    out, entropy = attend(*args, kernel="reference", **options)
+    total = jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape)))
+    if gives_entropy:
+      total += jnp.sum(entropy * jnp.sin(jnp.arange(entropy.size).reshape(entropy.shape)))
+    return total
+
+  def kernel_loss(*args):
+    blocks = dict(zip(("query_block", "key_block"), BLOCKS[index % len(BLOCKS)]))
+    out, entropy = attend(*args, kernel=name, need_entropy=gives_entropy, **options,
+                          **(blocks if name == "blocked" else {}))
+    total = jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape)))
+    if gives_entropy:
+      total += jnp.sum(entropy * jnp.sin(jnp.arange(entropy.size).reshape(entropy.shape)))
+    return total
+
+  got = jax.jit(jax.grad(kernel_loss, argnums=(0, 1, 2)))(q, k, v)
+  want = jax.grad(reference_loss, argnums=(0, 1, 2))(q, k, v)
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("case", sorted(FORWARD_ONLY["xla"]))
+def test_a_forward_only_composition_refuses_to_be_differentiated(case):
+  q, k, v, options = _case(case)
+  loss = lambda q: jnp.sum(attend(q, k, v, kernel="xla", need_entropy=False, **options)[0])
+  with pytest.raises(NotImplementedError, match="forward only"):
+    jax.grad(loss)(q)
+
+
+def test_auto_on_a_cpu():
+  shape = lambda length: Shape(1, length, H, H, S, E, np.float32)
+  plain = mods_of()
+  assert attention.select("auto", plain, shape(512)).name == "cpu"
+  assert attention.select("auto", plain, shape(4096)).name == "blocked"
+  assert attention.select("reference", plain, shape(4096)).name == "reference"   # named: as told
+
+
+def test_a_named_kernel_that_refuses_gives_way_with_a_warning(caplog):
+  shape = Shape(1, T, H, H, S, E, np.float32)
+  with caplog.at_level(logging.WARNING):
+    chosen = attention.select("xla", mods_of(window=4, positions=np.arange(T)), shape)
+  assert chosen.name == "cpu" and "not by explicit positions" in caplog.text
+  assert attention.select("xla", mods_of(), shape, need_entropy=True).name == "cpu"
+  with pytest.raises(ValueError, match="Unknown attention kernel 'flash'; choose one of auto"):
+    attention.select("flash", mods_of(), shape)
+
+
+def test_a_kernel_that_gives_no_entropy_says_so():
+  q, k, v, options = _case("kna_rope")
+  assert "no attention entropy" in _reason("xla", q, k, v, options, need_entropy=True)
+  assert _reason("cpu", q, k, v, options, need_entropy=True) is None
