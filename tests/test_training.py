@@ -59,8 +59,10 @@ def test_fsdp_splits_parameters_and_optimizer_state():
   model, tx = run_config.build_model(config), make_optimizer(config)
   shapes = jax.eval_shape(lambda: training.init_state(model, tx, 0, 32))
   mesh = sharding.make_mesh(8, fsdp=4)
-  state = jax.device_put(training.init_state(model, tx, 0, 32),
-                         sharding.state_shardings(mesh, shapes))
+  # Built under jit straight into its shards (out_shardings): the eager state's numbers.
+  state = training.initial_state(model, tx, 0, 32, mesh, sharding.state_shardings(mesh, shapes))
+  eager = training.init_state(model, tx, 0, 32)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), state, eager)
   wi = state["params"]["layer_0"]["wi"]["kernel"]                          # [32, 144]
   assert wi.addressable_shards[0].data.shape == (32, 36)                   # 144 / 4
   mu = state["opt_state"][1][0].mu["layer_0"]["wi"]["kernel"]

@@ -16,6 +16,33 @@ from keynorm_jax.attention.prepare import Mods, Prepared, Side
 MASKED = -1e30
 
 
+def grouped_scores(q_BxQxHxS, k_BxKxGxS):
+  """q [B, Q, H, S] . k [B, K, G, S] -> [B, H, Q, K]: query head h against key head h // (H / G)
+  (grouped-query attention by a grouped einsum: k is never repeated)."""
+  batch, queries, heads, size = q_BxQxHxS.shape
+  groups = k_BxKxGxS.shape[2]
+  q_BxQxGxRxS = q_BxQxHxS.reshape(batch, queries, groups, heads // groups, size)
+  scores = jnp.einsum("bqgrs,bkgs->bgrqk", q_BxQxGxRxS, k_BxKxGxS)
+  return scores.reshape(batch, heads, queries, k_BxKxGxS.shape[1])
+
+
+def grouped_probs_times_values(probs_BxHxQxK, values_BxKxGxE):
+  """probs [B, H, Q, K] x values [B, K, G, E] -> [B, Q, H, E] (grouped as grouped_scores)."""
+  batch, heads, queries, keys = probs_BxHxQxK.shape
+  groups = values_BxKxGxE.shape[2]
+  probs = probs_BxHxQxK.reshape(batch, groups, heads // groups, queries, keys)
+  out = jnp.einsum("bgrqk,bkge->bqgre", probs, values_BxKxGxE)
+  return out.reshape(batch, queries, heads, values_BxKxGxE.shape[-1])
+
+
+def grouped_values_grad(probs_BxHxQxK, d_out_BxQxHxE, groups: int):
+  """d values [B, K, G, E] of grouped_probs_times_values: sum over queries and the group's heads."""
+  batch, heads, queries, keys = probs_BxHxQxK.shape
+  probs = probs_BxHxQxK.reshape(batch, groups, heads // groups, queries, keys)
+  d_out = d_out_BxQxHxE.reshape(batch, queries, groups, heads // groups, -1)
+  return jnp.einsum("bgrqk,bqgre->bkge", probs, d_out)
+
+
 def head_by_head(prepared: Prepared) -> Prepared:
   """The values in float32, and keys and values repeated to one per query head (grouped-query
   attention), for the kernels that score head by head. (A repeat by 1 is skipped: it would still
@@ -59,9 +86,10 @@ def bias_and_keep(mods: Mods, queries: Side, keys: Side, heads: int):
 def block_scores(mods: Mods, queries: Side, keys: Side, product=None):
   """(scores [B, H, Q, K] float32 with MASKED where masked, keep [B, 1, Q, K] bool).
 
-  product(q [B, Q, H, S], k [B, K, H, S]) -> [B, H, Q, K]: the kernel's q . k (default einsum).
+  product(q [B, Q, H, S], k [B, K, G, S]) -> [B, H, Q, K]: the kernel's q . k (default
+  grouped_scores; a kernel whose product takes one key head per query head repeats k first).
   """
-  product = product or (lambda a, b: jnp.einsum("bqhs,bkhs->bhqk", a, b))
+  product = product or grouped_scores
   scores_BxHxQxK = product(queries.near, keys.near)
   if queries.far is not None:
     relative_BxQxK = (queries.positions[:, :, None]

@@ -29,7 +29,8 @@ import jax.numpy as jnp
 
 from keynorm_jax.attention.kernels.base import Kernel
 from keynorm_jax.attention.prepare import Side
-from keynorm_jax.attention.scores import block_scores, head_by_head
+from keynorm_jax.attention.scores import (block_scores, grouped_probs_times_values, grouped_scores,
+                                          grouped_values_grad)
 
 DEFAULT_BLOCK = 512   # queries and keys per block unless told
 
@@ -152,7 +153,7 @@ def _forward(static, scores_fn, q_floats, q_ints, k_floats, k_ints, values, cons
   """(out [B, Tq, H, E], entropy [B, Tq, H], lse [B, Tq, H]) over the padded queries."""
   queries, keys = _side(q_floats, *q_ints), _side(k_floats, *k_ints)
   batch, padded_queries = queries.positions.shape
-  heads, size_e = values.shape[2], values.shape[3]
+  heads, size_e = queries.near.shape[2], values.shape[3]
   q_len = static.query_block
 
   def per_query_block(block, q, over_keys, outputs):
@@ -169,9 +170,9 @@ def _forward(static, scores_fn, q_floats, q_ints, k_floats, k_ints, values, cons
       c_new = (rescale * (c_BxHxQ - (m_new - m_BxHxQ) * l_BxHxQ)
                + jnp.sum(p_BxHxQxK * shifted, axis=-1))
       l_new = rescale * l_BxHxQ + p_BxHxQxK.sum(axis=-1)
-      v_BxKxHxE = _slice(values, key_start, static.key_block)
+      v_BxKxGxE = _slice(values, key_start, static.key_block)
       acc_new = (acc_BxQxHxE * jnp.moveaxis(rescale, 1, 2)[..., None]
-                 + jnp.einsum("bhqk,bkhe->bqhe", p_BxHxQxK, v_BxKxHxE))
+                 + grouped_probs_times_values(p_BxHxQxK, v_BxKxGxE))
       return m_new, l_new, c_new, acc_new
 
     # The lowest float, not -inf: (m_new - m) l stays 0 (not inf x 0) until a key is kept.
@@ -221,12 +222,12 @@ def _backward(static, scores_fn, residuals, cotangents):
       log_p = scores_BxHxQxK - lse_i
       p_BxHxQxK = jnp.where(keep_Bx1xQxK, jnp.exp(log_p), 0.0)
       v_j = _slice(values, key_start, k_len)
-      dp_BxHxQxK = jnp.einsum("bqhe,bkhe->bhqk", do_i, v_j)
+      dp_BxHxQxK = grouped_scores(do_i, v_j)
       # d/ds_j of the output: p_j (dp_j - do . o); of the entropy H: -p_j (log p_j + H).
       ds = p_BxHxQxK * (dp_BxHxQxK - do_dot_o_i - d_entropy_i * (log_p + entropy_i))
       dq_j, dk_j, dconsts_j = vjp(ds)
       return (jax.tree.map(jnp.add, dq_i, dq_j), _add_at(dk, key_start, dk_j),
-              _add_at(dv, key_start, jnp.einsum("bhqk,bqhe->bkhe", p_BxHxQxK, do_i)),
+              _add_at(dv, key_start, grouped_values_grad(p_BxHxQxK, do_i, v_j.shape[2])),
               jax.tree.map(jnp.add, dconsts, dconsts_j))
 
     dq, dk, dv, dconsts = grads
@@ -255,7 +256,7 @@ def _attention_fwd(static, scores_fn, q_floats, q_ints, k_floats, k_ints, values
 _attention.defvjp(_attention_fwd, _backward)
 
 
-def blocked_attention(block_scores, queries: Side, keys: Side, values_BxTxHxE, *, query_block: int,
+def blocked_attention(block_scores, queries: Side, keys: Side, values_BxTxGxE, *, query_block: int,
                       key_block: int, window=None, sink_tokens=None):
   """Attention of all queries over the key blocks they can reach, with an online softmax.
 
@@ -270,7 +271,7 @@ def blocked_attention(block_scores, queries: Side, keys: Side, values_BxTxHxE, *
   length = queries.positions.shape[1]
   queries = _padded(queries, -(-length // query_block) * query_block)
   keys = _padded(keys, -(-length // key_block) * key_block)
-  values = _pad_to(values_BxTxHxE, keys.positions.shape[1], "constant")
+  values = _pad_to(values_BxTxGxE, keys.positions.shape[1], "constant")
   # The arrays block_scores closes over become explicit inputs of the custom VJP.
   scores_fn, consts = jax.closure_convert(block_scores, _slice(queries, 0, query_block),
                                           _slice(keys, 0, key_block))
@@ -282,7 +283,7 @@ def blocked_attention(block_scores, queries: Side, keys: Side, values_BxTxHxE, *
 
 def run(prepared, blocks=None):
   """The kernel: blocks = (queries, keys) per block, default DEFAULT_BLOCK each."""
-  p = head_by_head(prepared)
+  p = prepared._replace(values=prepared.values.astype(jnp.float32))
   length = p.values.shape[1]
   query_block, key_block = (min(b, length) for b in (blocks or (DEFAULT_BLOCK, DEFAULT_BLOCK)))
   return blocked_attention(lambda queries, keys: block_scores(p.mods, queries, keys), p.queries,

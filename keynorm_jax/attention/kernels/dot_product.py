@@ -41,7 +41,8 @@ import jax.numpy as jnp
 
 from keynorm_jax.attention.kernels.base import Kernel, longer_than_full_square
 from keynorm_jax.attention.prepare import Side
-from keynorm_jax.attention.scores import MASKED, bias_and_keep, block_scores
+from keynorm_jax.attention.scores import (MASKED, bias_and_keep, block_scores,
+                                          grouped_probs_times_values)
 
 CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
 CHUNK = 512   # queries per call where a bias is built in XLA
@@ -139,11 +140,6 @@ def _slice(side: Side, start: int, stop: int) -> Side:
 
 def _in_xla(mods, queries: Side, keys: Side, values, extra_keep=None):
   """(o, lse) of queries against a few keys, scored by attention/scores.py (the sinks)."""
-  heads = queries.near.shape[2]
-  keys = keys._replace(near=jnp.repeat(keys.near, heads // keys.near.shape[2], axis=2),
-                       far=None if keys.far is None else
-                       jnp.repeat(keys.far, heads // keys.far.shape[2], axis=2))
-  values = jnp.repeat(values, heads // values.shape[2], axis=2).astype(jnp.float32)
   scores, keep = block_scores(mods, queries, keys)
   if extra_keep is not None:
     keep = keep & extra_keep
@@ -151,7 +147,7 @@ def _in_xla(mods, queries: Side, keys: Side, values, extra_keep=None):
   lse = jax.nn.logsumexp(scores, axis=-1)                                      # [B, H, Q]
   lse = jnp.where(jnp.any(keep, axis=-1), lse, -jnp.inf)
   probs = jnp.where(keep, jnp.exp(scores - jnp.where(jnp.isfinite(lse), lse, 0.0)[..., None]), 0.0)
-  out = jnp.einsum("bhqk,bkhe->bqhe", probs, values)
+  out = grouped_probs_times_values(probs, values.astype(jnp.float32))
   return out, jnp.moveaxis(lse, 1, 2)
 
 
