@@ -12,7 +12,7 @@ import pytest
 
 from keynorm_jax import positions
 from keynorm_jax.attention import attend
-from keynorm_jax.models.layers import AbsolutePositions, sinusoidal_embedding
+from keynorm_jax.models.layers import LearnedPositions, sinusoidal_embedding
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias
 from keynorm_jax.rope import p_rope_mask, rope_inv_freq
 import numpy_positions_reference as ref
@@ -150,7 +150,7 @@ def test_sinusoidal_embedding():
 
 
 def test_learned_positions_refuse_a_sequence_past_the_table():
-  module = AbsolutePositions("learned", train_length=8)
+  module = LearnedPositions(train_length=8)
   x = jnp.zeros((1, 8, 4))
   params = module.init(jax.random.PRNGKey(0), x, jnp.arange(8)[None])
   with pytest.raises(ValueError, match="have 8 rows"):

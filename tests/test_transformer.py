@@ -14,6 +14,7 @@ from keynorm_jax import run_config
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.models import GAULM, ModelConfig, build_model, count_params
+from keynorm_jax.models.attention_block import layer_specs
 from keynorm_jax.models.gau import GAULayer
 from keynorm_jax.models.transformer import TransformerBlock, TransformerLM
 from keynorm_jax.positions import EvalColumn, inference_method
@@ -91,7 +92,7 @@ def test_transformer_block_matches_numpy(changes, kernel):
   cfg = dataclasses.replace(_transformer(**changes), kernel=kernel)   # xla: where it applies
   x = np.random.default_rng(1).normal(size=(2, T, D)).astype(np.float32)
   pos = np.broadcast_to(np.arange(T), (2, T))
-  block = TransformerBlock(cfg, 0, EvalColumn())
+  block = TransformerBlock(cfg, layer_specs(cfg, EvalColumn(), T)[0])
   params = _random_like(block.init(jax.random.PRNGKey(0), x, pos, True)["params"], seed=2)
   got = np.asarray(block.apply({"params": params}, x, pos, True))
   p = _as_numpy(params)
@@ -129,7 +130,7 @@ def test_gau_layer_matches_numpy(variant):
                     train_length=8)
   x = np.random.default_rng(5).normal(size=(2, T, D)).astype(np.float32)
   pos = np.broadcast_to(np.arange(T), (2, T))
-  layer = GAULayer(cfg, 0, EvalColumn())
+  layer = GAULayer(cfg, layer_specs(cfg, EvalColumn(), T)[0])
   params = _random_like(layer.init(jax.random.PRNGKey(0), x, pos, True)["params"], seed=6)
   got = np.asarray(layer.apply({"params": params}, x, pos, True))
   p = _as_numpy(params)

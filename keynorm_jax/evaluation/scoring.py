@@ -1,16 +1,9 @@
 """Next-token scoring of token windows: per-token correctness and loss, jit-compiled once per shape."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
-
-def token_scores(logits_BxTxV, targets_BxT):
-  """(correct [B, T] float32, negative log-likelihood [B, T]) of next-token predictions."""
-  correct = (jnp.argmax(logits_BxTxV, axis=-1) == targets_BxT).astype(jnp.float32)
-  nll = optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, targets_BxT)
-  return correct, nll
+from keynorm_jax.training.loss import token_scores
 
 
 def make_scorer(model):

@@ -1,7 +1,8 @@
 """Attention with the model's variant and position method, for one layer of either architecture.
 
-Given q, k, v per head, it asks the position method for this layer's AttentionSpec, lets the
-evaluation column (an inference-time method) rewrite it, builds the learned biases, and calls
+Given q, k, v per head and this layer's AttentionSpec (resolved once per call of the LM by
+`layer_specs`: the position method's spec, rewritten by the evaluation column, an inference-time
+method, at the sequence's length), it builds the learned biases and calls
 attention.attend with the model's kernel (`model.kernel`; attention/kernels/). While the
 diagnostics collect "intermediates" it also records per head (`sow`) the key norms, the attention
 entropy and the attention's reach (attention/reach.py: the mass on each block of `reach_bucket` keys
@@ -15,7 +16,7 @@ from keynorm_jax import positions
 from keynorm_jax.attention import attend
 from keynorm_jax.attention.reach import attend_with_reach
 from keynorm_jax.models.config import ModelConfig
-from keynorm_jax.models.position_bias import FireBias, KerpleLogBias, SSMaxScale
+from keynorm_jax.models.position_bias import LEARNED_BIASES, SSMaxScale
 
 
 def reach_bucket(train_length: int) -> int:
@@ -23,31 +24,25 @@ def reach_bucket(train_length: int) -> int:
   return max(1, train_length // 8)
 
 
-def layer_spec(cfg: ModelConfig, layer: int, column: positions.EvalColumn):
-  """The AttentionSpec of `layer` under an evaluation column (already resolved at its length)."""
-  spec = cfg.position_method.layer_spec(layer=layer, num_layers=cfg.num_layers,
-                                        num_heads=cfg.heads, rope_theta=cfg.rope_theta,
-                                        train_length=cfg.train_length)
-  return column.apply(spec)
+def layer_specs(cfg: ModelConfig, column: positions.EvalColumn, length: int) -> tuple:
+  """Every layer's AttentionSpec for a sequence of `length` under an evaluation column."""
+  column = column.at(length, cfg.train_length)
+  return tuple(column.apply(cfg.position_method.layer_spec(
+      layer=layer, num_layers=cfg.num_layers, num_heads=cfg.heads, rope_theta=cfg.rope_theta,
+      train_length=cfg.train_length)) for layer in range(cfg.num_layers))
 
 
 class PositionalAttention(nn.Module):
   """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E] -> [B, T, H, E]."""
   config: ModelConfig
-  layer: int
-  column: positions.EvalColumn
+  spec: positions.AttentionSpec
 
   @nn.compact
   def __call__(self, q, k, v, positions_BxT):
-    cfg = self.config
-    spec = layer_spec(cfg, self.layer, self.column)
+    cfg, spec = self.config, self.spec
     kwargs = positions.attention_kwargs(spec, rotary_dim=q.shape[-1], train_length=cfg.train_length,
                                         seq_length=q.shape[1], logn_base=cfg.resolved_logn_base)
-    score_bias = None
-    if spec.learned_bias == "kerple_log":
-      score_bias = KerpleLogBias(cfg.heads, name="kerple")()
-    elif spec.learned_bias == "fire":
-      score_bias = FireBias(cfg.heads, cfg.train_length, name="fire")()
+    score_bias = LEARNED_BIASES[spec.learned_bias](cfg)() if spec.learned_bias else None
     ssmax = SSMaxScale(cfg.heads, cfg.train_length, name="ssmax")() if cfg.ssmax else None
     # Positions are 0..T-1 unless the method draws random training positions: say so (None), so
     # that a kernel can count a window by index.

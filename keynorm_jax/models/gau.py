@@ -13,7 +13,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from keynorm_jax import positions
-from keynorm_jax.models.attention_block import PositionalAttention
+from keynorm_jax.models.attention_block import PositionalAttention, layer_specs
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.layer_stack import layer_stack
 from keynorm_jax.models.layers import ScaleOffset, norm_layer, rms_norm
@@ -42,8 +42,7 @@ class SplitDense(nn.Module):
 class GAULayer(nn.Module):
   """One GAU layer with its residual and norm; the submodules are created in `unit`."""
   config: ModelConfig
-  layer: int
-  column: positions.EvalColumn
+  spec: positions.AttentionSpec
 
   @nn.compact
   def __call__(self, x, positions_BxT, deterministic: bool):
@@ -62,7 +61,7 @@ class GAULayer(nn.Module):
     q, k = ScaleOffset(name="q_scale_offset")(z), ScaleOffset(name="k_scale_offset")(z)
     if cfg.qk_norm != "none":
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
-    out = PositionalAttention(cfg, self.layer, self.column, name="attention")(
+    out = PositionalAttention(cfg, self.spec, name="attention")(
         q[:, :, None], k[:, :, None], v[:, :, None], positions_BxT)[:, :, 0]
     out = linear(x.shape[-1], dtype, "wo", cfg.cpu_ops)(u * out)
     return nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
@@ -78,13 +77,13 @@ class GAULM(nn.Module):
     cfg = self.config
     batch, length = tokens_BxT.shape
     positions_BxT = sequence_positions(self, cfg, batch, length, deterministic)
-    column = self.column.at(length, cfg.train_length)
+    specs = layer_specs(cfg, self.column, length)
     embedder = Embedder(cfg, name="embedder")
     x = embedder(tokens_BxT, positions_BxT)
     post = cfg.norm_position == "post"
     if post:
       x = rms_norm(x)
-    x = layer_stack(GAULayer, cfg, column, x, positions_BxT, deterministic)
+    x = layer_stack(GAULayer, cfg, specs, x, positions_BxT, deterministic)
     if not post:
       x = rms_norm(x)
     return embedder.logits(x)

@@ -1,6 +1,7 @@
 """The stack of layers of either architecture: a Python loop, or one scanned layer.
 
-A layer is a module class called as layer(config, index, column)(x, positions, deterministic) -> x.
+A layer is a module class called as layer(config, spec)(x, positions, deterministic) -> x, spec its
+AttentionSpec (attention_block.layer_specs: resolved once per call of the LM).
 In a loop each layer is its own module `layer_{i}` (and its own compiled code). With
 `model.scan_layers`, nn.scan runs one layer num_layers times over parameters stacked along a
 leading axis (`layers/...`, [num_layers, ...]): one layer compiles, whatever the depth. Scanning
@@ -25,28 +26,28 @@ class _ScanStep(nn.Module):
   """One step of the scan: (x, positions) -> (next x, nothing)."""
   layer_cls: type
   config: ModelConfig
-  column: positions.EvalColumn
+  spec: positions.AttentionSpec
   deterministic: bool
 
   @nn.compact
   def __call__(self, x, positions_BxT):
-    layer = maybe_remat(self.layer_cls, self.config.remat)(self.config, 0, self.column,
-                                                           name="layer")
+    layer = maybe_remat(self.layer_cls, self.config.remat)(self.config, self.spec, name="layer")
     return layer(x, positions_BxT, self.deterministic), None
 
 
-def layer_stack(layer_cls, cfg: ModelConfig, column: positions.EvalColumn, x, positions_BxT,
-                deterministic: bool):
-  """x through cfg.num_layers layers; call from a compact method (the modules are its children)."""
+def layer_stack(layer_cls, cfg: ModelConfig, specs: tuple, x, positions_BxT, deterministic: bool):
+  """x through cfg.num_layers layers (specs: one AttentionSpec each); call from a compact method
+  (the modules are its children)."""
   if not cfg.scan_layers:
     for i in range(cfg.num_layers):
-      x = maybe_remat(layer_cls, cfg.remat)(cfg, i, column, name=f"layer_{i}")(
+      x = maybe_remat(layer_cls, cfg.remat)(cfg, specs[i], name=f"layer_{i}")(
           x, positions_BxT, deterministic)
     return x
+  assert len(set(specs)) == 1, "scan_layers needs identical layers (ModelConfig refuses others)"
   scanned = nn.scan(_ScanStep, variable_axes={"params": 0, "intermediates": 0},
                     split_rngs={"params": True, "dropout": True}, in_axes=nn.broadcast,
                     length=cfg.num_layers)
-  x, _ = scanned(layer_cls, cfg, column, deterministic, name="layers")(x, positions_BxT)
+  x, _ = scanned(layer_cls, cfg, specs[0], deterministic, name="layers")(x, positions_BxT)
   return x
 
 

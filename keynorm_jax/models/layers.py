@@ -40,25 +40,33 @@ def sinusoidal_embedding(positions_BxT, dim: int):
   return out.reshape(positions_BxT.shape + (-1,))[..., :dim]
 
 
-class AbsolutePositions(nn.Module):
-  """Absolute positions added to the token embedding (sinusoidal or learned).
-
-  Token embeddings are initialised with std d^-1/2 and the sinusoids have unit amplitude, so the
-  sinusoids are scaled by d^-1/2: the ratio of Vaswani et al.'s sqrt(d) x embedding + PE.
-  """
-  kind: str
+class SinusoidalPositions(nn.Module):
+  """Vaswani et al.'s sinusoids added to the token embedding, scaled by d^-1/2: token embeddings are
+  initialised with std d^-1/2 and the sinusoids have unit amplitude, so this is the ratio of
+  sqrt(d) x embedding + PE."""
   train_length: int
 
   @nn.compact
   def __call__(self, x_BxTxD, positions_BxT):
     dim = x_BxTxD.shape[-1]
-    if self.kind == "sinusoidal":
-      return x_BxTxD + (sinusoidal_embedding(positions_BxT, dim) / math.sqrt(dim)).astype(
-          x_BxTxD.dtype)
-    length = x_BxTxD.shape[1]
+    return x_BxTxD + (sinusoidal_embedding(positions_BxT, dim) / math.sqrt(dim)).astype(
+        x_BxTxD.dtype)
+
+
+class LearnedPositions(nn.Module):
+  """A learned table of train_length positions added to the token embedding (std d^-1/2 init)."""
+  train_length: int
+
+  @nn.compact
+  def __call__(self, x_BxTxD, positions_BxT):
+    dim, length = x_BxTxD.shape[-1], x_BxTxD.shape[1]
     if length > self.train_length:
       raise ValueError(f"learned absolute positions have {self.train_length} rows (the training "
                        f"length); a sequence of {length} tokens is past the table.")
     table = nn.Embed(self.train_length, dim, name="table",
                      embedding_init=nn.initializers.normal(stddev=dim**-0.5))
     return x_BxTxD + table(positions_BxT).astype(x_BxTxD.dtype)
+
+
+# A position method's `absolute` kind -> its module, built with the training length.
+ABSOLUTE_POSITIONS = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions}

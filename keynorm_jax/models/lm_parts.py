@@ -4,7 +4,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from keynorm_jax.models.config import ModelConfig
-from keynorm_jax.models.layers import AbsolutePositions
+from keynorm_jax.models.layers import ABSOLUTE_POSITIONS
 from keynorm_jax.models.linear import linear
 
 
@@ -33,7 +33,7 @@ class Embedder(nn.Module):
     self.embed = nn.Embed(cfg.vocab_size, cfg.d_model, name="embed",
                           embedding_init=nn.initializers.normal(stddev=cfg.d_model**-0.5))
     absolute = cfg.position_method.absolute
-    self.absolute = (AbsolutePositions(absolute, cfg.train_length, name="positions")
+    self.absolute = (ABSOLUTE_POSITIONS[absolute](cfg.train_length, name="positions")
                      if absolute else None)
     if not cfg.tie_embeddings:
       self.head = linear(cfg.vocab_size, None, "head", cfg.cpu_ops)

@@ -85,3 +85,11 @@ class SSMaxScale(nn.Module):
   def __call__(self):
     init = nn.initializers.constant(1.0 / math.log(self.train_length))
     return self.param("s", init, (self.num_heads,))
+
+
+# An AttentionSpec's `learned_bias` -> the layer's bias module, built from the model config (the
+# parameter names, "kerple" and "fire", are those of the checkpoints).
+LEARNED_BIASES = {
+    "kerple_log": lambda cfg: KerpleLogBias(cfg.heads, name="kerple"),
+    "fire": lambda cfg: FireBias(cfg.heads, cfg.train_length, name="fire"),
+}

@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from keynorm_jax import positions
-from keynorm_jax.models.attention_block import PositionalAttention
+from keynorm_jax.models.attention_block import PositionalAttention, layer_specs
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.layer_stack import layer_stack
 from keynorm_jax.models.layers import norm_layer
@@ -50,8 +50,7 @@ class MLP(nn.Module):
 
 class TransformerBlock(nn.Module):
   config: ModelConfig
-  layer: int
-  column: positions.EvalColumn
+  spec: positions.AttentionSpec
 
   @nn.compact
   def __call__(self, x, positions_BxT, deterministic: bool):
@@ -66,7 +65,7 @@ class TransformerBlock(nn.Module):
     v = dense(kv_heads * size, "value")(h).reshape(batch, length, kv_heads, size)
     if cfg.qk_norm != "none":
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
-    out = PositionalAttention(cfg, self.layer, self.column, name="attention")(q, k, v,
+    out = PositionalAttention(cfg, self.spec, name="attention")(q, k, v,
                                                                              positions_BxT)
     out = dense(x.shape[-1], "out")(out.reshape(batch, length, heads * size))
     x = x + nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
@@ -84,8 +83,8 @@ class TransformerLM(nn.Module):
     cfg = self.config
     batch, length = tokens_BxT.shape
     positions_BxT = sequence_positions(self, cfg, batch, length, deterministic)
-    column = self.column.at(length, cfg.train_length)
+    specs = layer_specs(cfg, self.column, length)
     embedder = Embedder(cfg, name="embedder")
     x = embedder(tokens_BxT, positions_BxT)
-    x = layer_stack(TransformerBlock, cfg, column, x, positions_BxT, deterministic)
+    x = layer_stack(TransformerBlock, cfg, specs, x, positions_BxT, deterministic)
     return embedder.logits(block_norm(cfg.norm, "final_norm")(x))

@@ -23,7 +23,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
-from keynorm_jax.run_config import ConfigError
+from keynorm_jax.errors import ConfigError
 from keynorm_jax.storage import checksums
 
 _MAX_ATTEMPTS = 100  # steps tried by one restore_latest, however many a running writer adds

@@ -18,7 +18,7 @@ import difflib
 import json
 import pathlib
 
-from keynorm_jax.run_config import ConfigError
+from keynorm_jax.errors import ConfigError
 
 FREE_CHANGES = ("checkpoint_every_steps", "max_checkpoints_to_keep", "log_every_steps",
                 "eval_every_steps", "num_devices", "fsdp",
