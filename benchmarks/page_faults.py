@@ -1,7 +1,7 @@
 r"""Page faults of XLA's CPU temporaries with and without tools/keep_freed_memory.sh.
 
-`python benchmarks/page_faults.py`: a jitted function with 48 MiB of XLA temporaries (12,288 pages of
-4 KiB) called 20 times after 2 warm-up calls, in a child process started plainly and one started
+`python benchmarks/page_faults.py`: a jitted function with 48 MiB of XLA temporaries (12,288 pages
+of 4 KiB) called 20 times after 2 warm-up calls, in a child process started plainly and one started
 through the launcher; prints each call's minor page faults, sorted. Without the setting every call
 faults its temporaries in again (more than 10,000 faults a call); with it most calls fault none
 (a few early calls may, while the heap grows: benchmarks/PROFILE_NOTES.md, round 5). Figures

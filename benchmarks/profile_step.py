@@ -5,6 +5,8 @@ each), the wall and process-CPU seconds of: the forward pass (loss only), forwar
 (value_and_grad), and the real jitted training step (make_train_step). --hlo_dir writes the
 optimized HLO of the step. Figures printed; nothing is asserted. Timings on a loaded machine are
 noisy: compare ratios within one run.
+On a CPU, start it as `tools/keep_freed_memory.sh python benchmarks/profile_step.py`:
+BENCHMARKS.md's figures were measured with that malloc setting.
 """
 
 import pathlib

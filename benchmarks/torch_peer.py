@@ -4,6 +4,8 @@ Needs `pip install -r benchmarks/requirements.txt` (torch, CPU build). For each 
 Transformer, `cpu` size, 8 x 512, float32) it alternates, in one process and with the same thread
 count: our jitted JAX step, the PyTorch step eagerly, and the PyTorch step under torch.compile; it
 prints the best seconds per step of each, tokens/s and the ratio. Nothing is asserted.
+On a CPU, start it as `tools/keep_freed_memory.sh python benchmarks/torch_peer.py`: BENCHMARKS.md's
+figures were measured with that malloc setting.
 """
 
 import pathlib

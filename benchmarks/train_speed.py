@@ -9,6 +9,8 @@ arguments + temporaries). Figures printed; nothing is asserted.
 
 On an accelerator: `python benchmarks/train_speed.py --model_size=seed --dtypes=bfloat16,float32
 --peak_n=8192` (the seed's sizes, 32 x 512; parameters and optimizer state stay float32).
+On a CPU, start it as `tools/keep_freed_memory.sh python benchmarks/train_speed.py`: BENCHMARKS.md's
+figures were measured with that malloc setting.
 """
 
 import pathlib

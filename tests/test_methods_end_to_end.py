@@ -13,6 +13,8 @@ from keynorm_jax.evaluation.run_loading import load_run
 from keynorm_jax.training import loop as training
 from train_helpers import tiny_config
 
+pytestmark = pytest.mark.slow
+
 # One attention variant per method, alternating, so both Baseline and KNA meet every kind.
 CASES = [("kna" if i % 2 else "baseline") + "_" + name
          for i, name in enumerate(positions.TRAINING_METHODS.names())]

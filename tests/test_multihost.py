@@ -7,10 +7,13 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from keynorm_jax.training import loop as training
 from keynorm_jax.training.metrics_writer import read_metrics
 from train_helpers import tiny_config
+
+pytestmark = pytest.mark.slow
 
 WORKER = pathlib.Path(__file__).resolve().parent / "multihost_worker.py"
 

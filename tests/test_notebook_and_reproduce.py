@@ -4,8 +4,11 @@ import pathlib
 
 import nbformat
 from nbclient import NotebookClient
+import pytest
 
 from keynorm_jax.reproduce.run import reproduce
+
+pytestmark = pytest.mark.slow
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

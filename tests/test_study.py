@@ -12,6 +12,8 @@ from keynorm_jax.study.report import (BEGIN, END, copy_accuracies, results_block
                                      update_results_page, within_window_retention, write_report)
 from keynorm_jax.study.runner import run_one
 
+pytestmark = pytest.mark.slow
+
 
 def test_within_window_retention_by_hand():
   # 512 trained, buckets of 64: 8 buckets inside at 0.5, 8 beyond at 0.4 -> 0.8.

@@ -31,6 +31,7 @@ def test_loop_logs_evaluates_and_checkpoints(straight_run):
   assert (straight_run / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_one_and_eight_devices_give_the_same_losses(tmp_path, data_dir, straight_run):
   for n in (1, 8):
     training.train_and_evaluate(tiny_config(data_dir=data_dir, num_devices=n), tmp_path / str(n))
@@ -39,6 +40,7 @@ def test_one_and_eight_devices_give_the_same_losses(tmp_path, data_dir, straight
   np.testing.assert_allclose([l for _, l in one], [l for _, l in losses(straight_run)], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_one_and_eight_devices_give_the_same_losses_for_the_transformer(tmp_path, data_dir):
   for n in (1, 8):
     training.train_and_evaluate(tiny_config("transformer_kna_rope", data_dir=data_dir,
@@ -48,6 +50,7 @@ def test_one_and_eight_devices_give_the_same_losses_for_the_transformer(tmp_path
   np.testing.assert_allclose([l for _, l in one], [l for _, l in eight], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_fsdp_over_8_devices_gives_the_same_losses(tmp_path, data_dir, straight_run):
   training.train_and_evaluate(tiny_config(data_dir=data_dir, num_devices=8, fsdp=4), tmp_path)
   np.testing.assert_allclose([l for _, l in losses(tmp_path)],

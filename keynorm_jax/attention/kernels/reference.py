@@ -1,7 +1,13 @@
-"""The definition: every query against every key, as attention/scores.py writes the scores; a float32
-softmax; probabilities times values by jnp.einsum (grouped: key/value heads shared by query heads
-are not repeated). No blocks, no custom backward, no switches: what every other kernel is tested
-against."""
+"""The definition of the attention, which every other kernel is tested against:
+
+  o_i = sum_j softmax_j(s_ij) v_j over the kept keys j,
+  s_ij = multiplier_i (q'_i . k'_j) + bias_ij,
+
+q', k' and multiplier_i as attention/prepare.py computes them (its docstring lists every variant's
+and position option's formula), bias_ij and the kept pairs as attention/scores.py does. Here every
+query is scored against every key at once, the softmax runs in float32 and probabilities times
+values is a jnp.einsum (grouped: key/value heads shared by query heads are not repeated). No
+blocks, no custom backward, no switches."""
 
 import jax.numpy as jnp
 
