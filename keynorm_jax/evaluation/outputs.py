@@ -5,7 +5,10 @@ the folder's previous files untouched. A failure while they are renamed into pla
 already written; rare) removes this set's files, new and previous alike, so that no mix of two
 evaluations remains. Either way `OutputError` says in one line what was and was not written. A
 process killed mid-write leaves only a hidden `.<name>.<pid>.partial` file, which the next write
-into the folder removes.
+into the folder removes. A hidden `.written` file lists the set; the next set written into the
+folder removes the files of the previous set it does not rewrite (e.g. an earlier evaluation's
+retrieval.csv and heat maps), so that the folder holds one evaluation's files, never a mix. Files
+the set never wrote are left alone.
 """
 
 import os
@@ -15,6 +18,7 @@ from keynorm_jax.errors import KeynormError
 from keynorm_jax.storage import disk
 
 PARTIAL = ".partial"
+MANIFEST = ".written"
 
 
 class OutputError(KeynormError, RuntimeError):
@@ -106,4 +110,24 @@ def write_files(folder, writers: dict, *, fix: str) -> dict[str, pathlib.Path]:
                       f"{', '.join(renamed) or 'no other file'}; removed every file of the set "
                       f"({listed}), new and from before, so that none of them was written and no "
                       f"mix of old and new remains. {what_to_do}.") from None
+  _replace_previous_set(folder, names)
   return {name: folder / name for name in names}
+
+
+def _replace_previous_set(folder: pathlib.Path, names) -> None:
+  """Removes the files of the folder's previous set that this set did not rewrite, and lists this
+  set in its place (best effort: a failure here leaves extra files, never a broken set)."""
+  manifest = folder / MANIFEST
+  try:
+    previous = manifest.read_text().split("\n") if manifest.exists() else []
+  except (OSError, UnicodeDecodeError):
+    previous = []
+  kept = set(names)
+  _remove(folder / name for name in previous
+          if name and name not in kept and "/" not in name and not name.startswith("."))
+  try:
+    temp = temp_path(manifest)
+    temp.write_text("\n".join(names) + "\n")
+    os.replace(temp, manifest)
+  except OSError:
+    pass

@@ -80,7 +80,7 @@ def test_files_are_written_and_a_killed_writers_leftovers_removed(tmp_path):
   leftover = tmp_path / f".results.json.{dead_pid}{outputs.PARTIAL}"
   leftover.write_text("half")
   paths = outputs.write_files(tmp_path, _writers(["results.json", "results.md"]), fix="")
-  assert sorted(os.listdir(tmp_path)) == ["results.json", "results.md"]
+  assert sorted(os.listdir(tmp_path)) == [outputs.MANIFEST, "results.json", "results.md"]
   assert paths["results.md"].read_text() == "new results.md"
 
 
@@ -90,3 +90,18 @@ def test_an_error_that_is_a_bug_is_raised_as_it_is_and_leaves_nothing(tmp_path):
   with pytest.raises(KeyError):
     outputs.write_files(tmp_path, writers, fix="")
   assert not os.listdir(tmp_path)
+
+
+def test_a_smaller_set_removes_the_previous_sets_other_files_and_only_them(tmp_path):
+  """An evaluation with retrieval, then one without: no stale retrieval.csv from the first; a file
+  the writer never wrote stays."""
+  (tmp_path / "notes.txt").write_text("mine")
+  outputs.write_files(tmp_path, {name: outputs.text_writer(name) for name in
+                                 ("results.json", "results.md", "retrieval.csv")}, fix="-")
+  assert (tmp_path / "retrieval.csv").read_text() == "retrieval.csv"
+  outputs.write_files(tmp_path, {"results.json": outputs.text_writer("second"),
+                                 "results.md": outputs.text_writer("second")}, fix="-")
+  assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+      "notes.txt", "results.json", "results.md"]
+  assert (tmp_path / "results.json").read_text() == "second"
+  assert (tmp_path / "notes.txt").read_text() == "mine"
