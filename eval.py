@@ -16,6 +16,7 @@ from absl import app, flags, logging
 
 from keynorm_jax.data.retrieval import DEFAULT_DEPTHS
 from keynorm_jax import cli
+from keynorm_jax.attention import KERNEL_NAMES
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.command import (check_eval_options, check_tasks, evaluate_workdir,
                                             make_columns)
@@ -56,6 +57,9 @@ _NUM_PROMPTS = flags.DEFINE_integer("num_prompts", 4, "Retrieval: prompts per ta
 _TRUST_UNVERIFIED = flags.DEFINE_bool(
     "trust_unverified_checkpoints", False, "Also evaluate a checkpoint whose checksum manifest is "
     "missing, empty or unreadable (by default it is skipped like a corrupt one).")
+_KERNEL = flags.DEFINE_enum("kernel", None, KERNEL_NAMES, "Attention kernel to evaluate with "
+                            "instead of each run's own model.kernel (the same function; e.g. "
+                            "cudnn on a GPU, blocked for bounded memory).")
 _DIAGNOSTICS = flags.DEFINE_bool("diagnostics", False, "Also record key-norm spread and "
                                  "attention entropy per layer.")
 
@@ -100,7 +104,8 @@ def _evaluate():
       _WORKDIR.value, lengths=lengths, columns=columns, num_windows=_NUM_WINDOWS.value,
       batch_size=_BATCH_SIZE.value, output=_OUTPUT.value, diagnostics=_DIAGNOSTICS.value,
       repeat_period=_REPEAT_PERIOD.value, tasks=tasks, depths=depths,
-      num_prompts=_NUM_PROMPTS.value, trust_unverified=_TRUST_UNVERIFIED.value)
+      num_prompts=_NUM_PROMPTS.value, trust_unverified=_TRUST_UNVERIFIED.value,
+      kernel=_KERNEL.value)
 
 
 if __name__ == "__main__":

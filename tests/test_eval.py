@@ -176,3 +176,20 @@ def test_cli_without_checkpoints(tmp_path):
   result = _eval_cli(f"--workdir={tmp_path}")
   assert result.returncode != 0
   assert "No trained runs under" in result.stdout + result.stderr
+
+
+def test_another_kernel_gives_the_same_numbers(runs, tmp_path, monkeypatch):
+  """--kernel evaluates with another attention kernel than the run's own: the same numbers (here
+  `blocked` in blocks of 16, against the run's `auto`, the cpu kernel on a CPU)."""
+  from keynorm_jax.attention.kernels import blocked  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(blocked, "DEFAULT_BLOCK", 16)
+  plain, _, _ = _evaluate(runs / "kna_rope", tmp_path / "a")
+  calls = []
+  real = blocked.blocked_attention
+  monkeypatch.setattr(blocked, "blocked_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+  other, failures, _ = _evaluate(runs / "kna_rope", tmp_path / "b", kernel="blocked")
+  assert not failures and calls                      # the blocked kernel ran
+  for a, b in zip(plain, other):
+    assert (a["length"], a["set"]) == (b["length"], b["set"])
+    assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1e-6)
+    assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)

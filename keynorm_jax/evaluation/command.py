@@ -1,5 +1,6 @@
 """`python eval.py`: evaluate every run under a folder and write the tables and plots."""
 
+import dataclasses
 import datetime
 import json
 import pathlib
@@ -10,6 +11,7 @@ import traceback
 
 import jax
 
+from keynorm_jax.attention import KERNEL_NAMES
 from keynorm_jax.data.retrieval import DEFAULT_DEPTHS
 from keynorm_jax.data.retrieval import tasks as retrieval_tasks
 from keynorm_jax.errors import ConfigError
@@ -18,7 +20,7 @@ from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
 from keynorm_jax.evaluation.report import markdown_table, write_results
 from keynorm_jax.evaluation.retrieval import NEXT_TOKEN, check_depths, evaluate_retrieval
 from keynorm_jax.evaluation.retrieval_report import retrieval_table
-from keynorm_jax.evaluation.run_loading import find_runs, load_run
+from keynorm_jax.evaluation.run_loading import TrainedRun, find_runs, load_run
 from keynorm_jax.positions import INFERENCE_METHODS, EvalColumn, inference_method
 from keynorm_jax.storage import disk
 
@@ -80,9 +82,18 @@ def check_tasks(names) -> list[str]:
   return retrieval_tasks.check_tasks(names, "--tasks", also=(NEXT_TOKEN,))
 
 
+def with_kernel(run: TrainedRun, kernel: str) -> TrainedRun:
+  """`run` with its model's attention kernel set to `kernel` (a name of attention.KERNEL_NAMES)."""
+  if kernel not in KERNEL_NAMES:
+    raise ConfigError(f"--kernel={kernel!r} is not one of {', '.join(KERNEL_NAMES)}.")
+  config = run.config.copy_and_resolve_references()
+  config.model.kernel = kernel
+  return dataclasses.replace(run, config=config)
+
+
 def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0, output=None,
                      diagnostics=False, echo=print, repeat_period=None, tasks=(NEXT_TOKEN,),
-                     depths=DEFAULT_DEPTHS, num_prompts=4, trust_unverified=False):
+                     depths=DEFAULT_DEPTHS, num_prompts=4, trust_unverified=False, kernel=None):
   """Evaluates every run found under `workdir`; returns (records, failures, paths), records being
   the next-token records followed by the retrieval records.
 
@@ -90,6 +101,8 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
     at `depths` with `num_prompts` prompts per depth.
   trust_unverified: also evaluate a checkpoint whose checksum manifest is missing, empty or
     unreadable (skipped otherwise, like a corrupt one).
+  kernel: the attention kernel (attention.KERNEL_NAMES) to evaluate with instead of each run's own
+    model.kernel (the same function: e.g. `cudnn` on a GPU for runs trained on a CPU).
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
   stop the others. The output folder is checked to be writable before any work; the tables are
   printed before the files are written, all or nothing (report.write_results: OutputError says
@@ -112,6 +125,8 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
   for index, run_dir in enumerate(runs, 1):
     try:
       run = load_run(run_dir, warn=echo, trust_unverified=trust_unverified)
+      if kernel is not None:
+        run = with_kernel(run, kernel)
       key = json.dumps(run.config.data.to_dict(), sort_keys=True)
       if key not in tokens_by_data:
         tokens_by_data[key] = held_out_tokens(run.config)
