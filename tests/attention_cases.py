@@ -44,6 +44,8 @@ CASES = {
     "xpos": dict(variant="baseline", inv_freq=INV, xpos_gamma=0.4, xpos_scale_base=8.0),
     "rerope": dict(variant="baseline", inv_freq=INV, rerope_window=6),
     "rerope_wider_than_blocks": dict(variant="kna", inv_freq=INV, rerope_window=19, logn_base=6),
+    "rerope_alibi": dict(variant="kna", inv_freq=INV, rerope_window=6,
+                         alibi_slope=np.array(positions.alibi_slopes(H), np.float32)),
     "leaky_rerope": dict(variant="cosa", inv_freq=INV, rerope_window=4, leaky_rerope_factor=3.0,
                          cosa_scale=3.0),
     "window_smaller_than_block": dict(variant="baseline", window=3),

@@ -66,8 +66,8 @@ def _compare(q, k, v, kwargs, ssmax=None, blocks=(None,), gradients=True):
 
   got, got_grads = run(fused_attention)
   for block in blocks:
-    want, want_grads = run(lambda *a, **kw: attend(*a, **kw, kernel="reference",
-                                                   query_block=block)[0])
+    kernel = "reference" if block is None else "blocked"
+    want, want_grads = run(lambda *a, **kw: attend(*a, **kw, kernel=kernel, query_block=block)[0])
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5, rtol=2e-5)
     for g, w in zip(got_grads, want_grads):
       np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=5e-5, rtol=5e-5)
@@ -207,6 +207,14 @@ def test_cudnn_refusal_falls_back_to_xla_with_a_log_line(monkeypatch, caplog):
   assert calls == ["cudnn", "xla"]
   assert "cuDNN attention refused" in caplog.text and "using XLA instead" in caplog.text
   np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(run("xla"), np.float32))
+  # Longer than XLA's kernel may score whole: the blocked kernel computes the attention instead.
+  monkeypatch.setattr(dot_product, "FULL_SQUARE_MAX_LENGTH", 8)
+  calls.clear()
+  with caplog.at_level(logging.WARNING):
+    long = run("cudnn")
+  assert calls == ["cudnn"] and "using the blocked kernel instead" in caplog.text
+  np.testing.assert_allclose(np.asarray(long, np.float32), np.asarray(
+      attend(q, k, v, variant="kna", window=5, kernel="reference")[0], np.float32), atol=2e-2)
 
 
 def test_a_model_with_the_xla_kernel_and_its_diagnostics(monkeypatch):

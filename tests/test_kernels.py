@@ -21,7 +21,9 @@ REFUSED = {
     "cpu": set(),
     "blocked": set(),
     # A window or ReRoPE over explicit positions (the calls count indices).
-    "xla": {"shifted_positions", "random_positions_per_row", "random_positions_rerope"},
+    # ReRoPE with a score bias (not composed).
+    "xla": {"shifted_positions", "random_positions_per_row", "random_positions_rerope",
+            "rerope_alibi"},
     "cudnn": set(CASES) | {"values_wider"},   # refused on a CPU: "cuDNN runs on a GPU only"
 }
 BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
@@ -121,14 +123,22 @@ def test_auto_on_a_cpu():
   assert attention.select("reference", plain, shape(4096)).name == "reference"   # named: as told
 
 
-def test_a_named_kernel_that_refuses_gives_way_with_a_warning(caplog):
+def test_a_named_kernel_that_refuses_gives_way_with_a_warning(caplog, monkeypatch):
+  monkeypatch.setattr(kernels, "_warned", set())
   shape = Shape(1, T, H, H, S, E, np.float32)
   with caplog.at_level(logging.WARNING):
     chosen = attention.select("xla", mods_of(window=4, positions=np.arange(T)), shape)
   assert chosen.name == "cpu" and "not by explicit positions" in caplog.text
+  assert "using 'cpu'" in caplog.text
   assert attention.select("xla", mods_of(), shape, need_entropy=True).name == "cpu"
   with pytest.raises(ValueError, match="Unknown attention kernel 'flash'; choose one of auto"):
     attention.select("flash", mods_of(), shape)
+
+
+def test_blocks_go_with_the_blocked_kernel_only():
+  q, k, v, options = _case("kna_rope")
+  with pytest.raises(ValueError, match="blocked kernel's blocks; kernel='xla'"):
+    attend(q, k, v, kernel="xla", query_block=8, **options)
 
 
 def test_a_kernel_that_gives_no_entropy_says_so():

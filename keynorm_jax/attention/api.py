@@ -39,8 +39,9 @@ def attend(q, k, v, *, kernel="auto", need_entropy=True, query_block=None, key_b
     may have fewer heads: grouped-query attention). v: [B, T, E] ([B, T, Hkv, E]).
   kernel: a name of kernels.NAMES ("auto": see kernels/__init__.py).
   need_entropy: the caller reads the entropy (kernels that give none are passed over).
-  query_block, key_block: queries and keys per block; given and shorter than T, the blocked kernel
-    runs with them (the numbers are the same).
+  query_block, key_block: queries and keys per block, with kernel "auto" or "blocked": shorter than
+    T, the blocked kernel runs with them; as long as T, auto's full-square kernel (the numbers are
+    the same).
   options: those of prepare.prepare (variant, inv_freq, positions, logn_base, attention_factor,
     rerope_window, leaky_rerope_factor, cosa_scale, posthoc_logn_length, alibi_slope, window,
     sink_tokens, xpos_gamma, xpos_scale_base, score_bias(relative [B, Q, K] float32, query
@@ -59,10 +60,11 @@ def attend(q, k, v, *, kernel="auto", need_entropy=True, query_block=None, key_b
   shape = Shape(batch, length, heads, k.shape[2], size, v.shape[-1], v.dtype)
   blocks = block_sizes(length, query_block, key_block)
   explicit_blocks = query_block is not None or key_block is not None
-  if explicit_blocks and blocks != (None, None):
-    kernel = "blocked"
-  elif explicit_blocks and kernel == "blocked":
-    kernel = "auto"     # blocks as long as the sequence: every score at once
+  if explicit_blocks and kernel not in ("auto", "blocked"):
+    raise ValueError(f"query_block and key_block set the blocked kernel's blocks; kernel={kernel!r} "
+                     "has none (pass kernel='auto' or 'blocked').")
+  if explicit_blocks:   # blocks shorter than the sequence: blocked; else every score at once
+    kernel = "blocked" if blocks != (None, None) else "auto"
   chosen = kernels.select(kernel, mods_of(**options), shape, need_entropy=need_entropy)
   prepared = prepare(q, k, v, rope_table_op=chosen.rope_table_op, **options)
   out, entropy = chosen.run(prepared, None if blocks == (None, None) else blocks)

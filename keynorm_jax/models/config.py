@@ -137,8 +137,8 @@ class ModelConfig:
   @property
   def cpu_ops(self) -> bool:
     """Whether the dense layers take the CPU seam's products (keynorm_jax/cpu/): with the `cpu`
-    kernel, or `auto` on a CPU backend."""
-    return self.kernel == "cpu" or (self.kernel == "auto" and jax.default_backend() == "cpu")
+    kernel, and on a CPU backend with any kernel but `reference` (everything plain, for A/B)."""
+    return self.kernel == "cpu" or (self.kernel != "reference" and jax.default_backend() == "cpu")
 
   @property
   def heads(self) -> int:

@@ -43,7 +43,8 @@ def layer_stack(layer_cls, cfg: ModelConfig, specs: tuple, x, positions_BxT, det
       x = maybe_remat(layer_cls, cfg.remat)(cfg, specs[i], name=f"layer_{i}")(
           x, positions_BxT, deterministic)
     return x
-  assert len(set(specs)) == 1, "scan_layers needs identical layers (ModelConfig refuses others)"
+  if len(set(specs)) != 1:   # (ModelConfig refuses such a config before it gets here)
+    raise ValueError("model.scan_layers needs identical layers; this model's layers differ.")
   scanned = nn.scan(_ScanStep, variable_axes={"params": 0, "intermediates": 0},
                     split_rngs={"params": True, "dropout": True}, in_axes=nn.broadcast,
                     length=cfg.num_layers)

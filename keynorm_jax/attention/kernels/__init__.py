@@ -49,11 +49,11 @@ def select(name: str, mods, shape: Shape, *, need_entropy: bool = False) -> Kern
     reason = refusal(KERNELS[name], mods, shape, need_entropy)
     if reason is None:
       return KERNELS[name]
-    if (name, reason) not in _warned:
-      _warned.add((name, reason))
-      logging.warning("Attention kernel %r cannot run this call: %s; using auto's choice.", name,
-                      reason)
-  for candidate in auto_order(shape):
-    if refusal(KERNELS[candidate], mods, shape, need_entropy) is None:
-      return KERNELS[candidate]
-  return KERNELS["blocked"]
+  chosen = next((KERNELS[candidate] for candidate in auto_order(shape)
+                 if refusal(KERNELS[candidate], mods, shape, need_entropy) is None),
+                KERNELS["blocked"])
+  if name != "auto" and (name, reason, chosen.name) not in _warned:
+    _warned.add((name, reason, chosen.name))
+    logging.warning("Attention kernel %r cannot run this call: %s; using %r (auto's choice).",
+                    name, reason, chosen.name)
+  return chosen
