@@ -41,6 +41,7 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.mlp = "swiglu"                # Transformer: swiglu / gelu
   m.mlp_size = 0                  # Transformer: 0 = 8/3 d (swiglu) or 4 d (gelu), rounded to 8
   m.norm = "rmsnorm"              # Transformer: rmsnorm / layernorm (pre-norm, learnable gain)
+  m.norm_eps = 1e-6               # Transformer: epsilon of those norms (Llama files: rms_norm_eps)
   m.tie_embeddings = False
   m.dropout = 0.0
   m.compute_dtype = "float32"     # or bfloat16 (softmax and loss stay float32)

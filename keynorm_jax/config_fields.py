@@ -128,6 +128,7 @@ FIELDS = {
     "model.mlp": _text(),
     "model.mlp_size": _count(low=0, meaning="0 = the MLP's default width"),
     "model.norm": _text(),
+    "model.norm_eps": Field(float, low=0.0, low_open=True, meaning="the Transformer norms' epsilon"),
     "model.tie_embeddings": Field(bool),
     "model.dropout": Field(float, low=0.0, high=1.0, high_open=True,
                            meaning="the dropout rate"),

@@ -44,6 +44,7 @@ class ModelConfig:
   mlp: str = "swiglu"
   mlp_size: int = 0
   norm: str = "rmsnorm"
+  norm_eps: float = 1e-6
   # Both.
   dropout: float = 0.0
   tie_embeddings: bool = False

@@ -24,11 +24,12 @@ from keynorm_jax.models.linear import linear
 from keynorm_jax.models.lm_parts import Embedder, sequence_positions
 
 
-def block_norm(kind: str, name: str) -> nn.Module:
-  """The pre-norm of a block and the final norm: RMSNorm or LayerNorm, gain only (no bias)."""
-  if kind == "layernorm":
-    return nn.LayerNorm(epsilon=1e-6, use_bias=False, name=name)
-  return nn.RMSNorm(epsilon=1e-6, name=name)
+def block_norm(cfg: ModelConfig, name: str) -> nn.Module:
+  """The pre-norm of a block and the final norm: RMSNorm or LayerNorm, gain only (no bias), with
+  model.norm_eps."""
+  if cfg.norm == "layernorm":
+    return nn.LayerNorm(epsilon=cfg.norm_eps, use_bias=False, name=name)
+  return nn.RMSNorm(epsilon=cfg.norm_eps, name=name)
 
 
 class MLP(nn.Module):
@@ -59,7 +60,7 @@ class TransformerBlock(nn.Module):
                                           cfg.cpu_ops)
     batch, length, _ = x.shape
     heads, kv_heads, size = cfg.heads, cfg.kv_heads, cfg.head_size
-    h = block_norm(cfg.norm, "attention_norm")(x)
+    h = block_norm(cfg, "attention_norm")(x)
     q = dense(heads * size, "query")(h).reshape(batch, length, heads, size)
     k = dense(kv_heads * size, "key")(h).reshape(batch, length, kv_heads, size)
     v = dense(kv_heads * size, "value")(h).reshape(batch, length, kv_heads, size)
@@ -69,7 +70,7 @@ class TransformerBlock(nn.Module):
                                                                              positions_BxT)
     out = dense(x.shape[-1], "out")(out.reshape(batch, length, heads * size))
     x = x + nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
-    out = MLP(cfg, name="mlp")(block_norm(cfg.norm, "mlp_norm")(x))
+    out = MLP(cfg, name="mlp")(block_norm(cfg, "mlp_norm")(x))
     return x + nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
 
 
@@ -87,4 +88,4 @@ class TransformerLM(nn.Module):
     embedder = Embedder(cfg, name="embedder")
     x = embedder(tokens_BxT, positions_BxT)
     x = layer_stack(TransformerBlock, cfg, specs, x, positions_BxT, deterministic)
-    return embedder.logits(block_norm(cfg.norm, "final_norm")(x))
+    return embedder.logits(block_norm(cfg, "final_norm")(x))

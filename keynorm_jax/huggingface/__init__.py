@@ -1,0 +1,5 @@
+"""Hugging Face model folders: Llama-family checkpoints read into this project's TransformerLM."""
+
+from keynorm_jax.huggingface.llama import FAMILIES, load_llama
+
+__all__ = ["FAMILIES", "load_llama"]

@@ -1,0 +1,81 @@
+"""Llama-family Hugging Face folders read into the Transformer: logits against the Hugging Face
+implementation's own (tests/fixtures/make_tiny_llama.py made them with transformers'
+FlaxLlamaForCausalLM from the same files), and every refusal."""
+
+import json
+import pathlib
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from keynorm_jax.errors import ConfigError
+from keynorm_jax.huggingface import load_llama
+from keynorm_jax.models.transformer import TransformerLM
+
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.mark.parametrize("name", ["tiny_llama_tied", "tiny_llama_untied"])
+def test_logits_equal_the_hugging_face_implementations(name):
+  """Tied and untied heads, grouped-query attention (4 heads, 2 key/value heads), rms_norm_eps
+  1e-5, one file and two shards."""
+  folder = FIXTURES / name
+  cfg, params = load_llama(folder)
+  assert (cfg.num_heads, cfg.kv_heads, cfg.head_size, cfg.norm_eps) == (4, 2, 8, 1e-5)
+  assert cfg.tie_embeddings == (name == "tiny_llama_tied")
+  tokens = np.load(folder / "tokens.npy")
+  for kernel in ("reference", "auto"):
+    model = TransformerLM(cfg.__class__(**{**cfg.__dict__, "kernel": kernel}))
+    logits = np.asarray(jax.jit(model.apply)({"params": params}, tokens))
+    np.testing.assert_allclose(logits, np.load(folder / "reference_logits.npy"), atol=1e-4,
+                               rtol=1e-4)
+
+
+def _edited(tmp_path, change=None, remove=()):
+  """A copy of the tied fixture with config.json changed and files removed."""
+  folder = tmp_path / "model"
+  shutil.copytree(FIXTURES / "tiny_llama_tied", folder)
+  config = json.loads((folder / "config.json").read_text())
+  config.update(change or {})
+  (folder / "config.json").write_text(json.dumps(config))
+  for name in remove:
+    (folder / name).unlink()
+  return folder
+
+
+@pytest.mark.parametrize("change, remove, message", [
+    (dict(model_type="gpt2"), (), "model_type 'gpt2' is not one of the families"),
+    (dict(model_type="mistral", sliding_window=4096), (), "sliding window of 4096 tokens"),
+    (dict(num_local_experts=8), (), "mixture of experts"),
+    (dict(attention_bias=True), (), "attention_bias is set"),
+    (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), (), "RoPE scaling (llama3)"),
+    (dict(hidden_act="gelu"), (), "activation is 'gelu'"),
+    (None, ("model.safetensors",), "neither model.safetensors nor"),
+    (None, ("config.json",), "no config.json"),
+])
+def test_what_it_cannot_represent_is_refused_with_the_reason(tmp_path, change, remove, message):
+  folder = _edited(tmp_path, change, () if "config.json" in remove else remove)
+  if "config.json" in remove:
+    (folder / "config.json").unlink()
+  with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    load_llama(folder)
+
+
+def test_a_mistral_without_a_sliding_window_loads_and_settings_carry_over(tmp_path):
+  cfg, _ = load_llama(_edited(tmp_path, dict(model_type="mistral", sliding_window=None,
+                                             rope_theta=500000.0, max_position_embeddings=8192)))
+  assert cfg.position == "rope" and cfg.attention == "baseline"
+  assert (cfg.rope_theta, cfg.train_length) == (500000.0, 8192)
+
+
+def test_a_missing_shard_and_an_unplaced_tensor_are_refused(tmp_path):
+  folder = tmp_path / "model"
+  shutil.copytree(FIXTURES / "tiny_llama_untied", folder)
+  (folder / "model-00002-of-00002.safetensors").unlink()
+  with pytest.raises(ConfigError, match="model-00002-of-00002.safetensors listed in"):
+    load_llama(folder)
+  tied = _edited(tmp_path / "b", dict(tie_word_embeddings=False))    # untied, but no lm_head
+  with pytest.raises(ConfigError, match="no lm_head.weight"):
+    load_llama(tied)
