@@ -60,6 +60,12 @@ _TRUST_UNVERIFIED = flags.DEFINE_bool(
 _KERNEL = flags.DEFINE_enum("kernel", None, KERNEL_NAMES, "Attention kernel to evaluate with "
                             "instead of each run's own model.kernel (the same function; e.g. "
                             "cudnn on a GPU, blocked for bounded memory).")
+_HF_CHECKPOINT = flags.DEFINE_string(
+    "hf_checkpoint", None, "Instead of our runs: a local Hugging Face model folder (config.json, "
+    "*.safetensors, tokenizer.json) of the Llama family (Llama 2/3, TinyLlama, Mistral without a "
+    "sliding window), evaluated at --lengths on the held-out text in its own tokens.")
+_DATA_DIR = flags.DEFINE_string("data_dir", "", "With --hf_checkpoint: the TFDS data dir of the "
+                                "held-out text (\"\" = the TFDS default).")
 _DIAGNOSTICS = flags.DEFINE_bool("diagnostics", False, "Also record key-norm spread and "
                                  "attention entropy per layer.")
 
@@ -105,7 +111,7 @@ def _evaluate():
       batch_size=_BATCH_SIZE.value, output=_OUTPUT.value, diagnostics=_DIAGNOSTICS.value,
       repeat_period=_REPEAT_PERIOD.value, tasks=tasks, depths=depths,
       num_prompts=_NUM_PROMPTS.value, trust_unverified=_TRUST_UNVERIFIED.value,
-      kernel=_KERNEL.value)
+      kernel=_KERNEL.value, hf_checkpoint=_HF_CHECKPOINT.value, data_dir=_DATA_DIR.value)
 
 
 if __name__ == "__main__":

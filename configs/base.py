@@ -46,6 +46,7 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.dropout = 0.0
   m.compute_dtype = "float32"     # or bfloat16 (softmax and loss stay float32)
   m.param_dtype = "float32"       # parameters and optimizer state (bfloat16: half their memory)
+  m.vocab_size = 0                # 0 = the byte vocabulary (257); a Hugging Face model's own
   m.kernel = "auto"               # attention kernel: auto, reference, cpu, blocked, cudnn or xla
   m.remat = False                 # recompute each layer in the backward pass (less memory)
   m.scan_layers = False           # one scanned layer over stacked parameters (compiles once)
@@ -79,6 +80,8 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   c.data.train_split = "train"
   c.data.validation_split = "validation"
   c.data.test_split = "test"
+  c.data.tokenizer = ""           # "" = bytes; else a tokenizer.json (a Hugging Face model's)
+  c.data.separator_id = -1        # the id after each document; -1 = the byte separator (256)
   c.data.copy_fraction = 0.0      # share of training windows made synthetic copies (a prefix of
                                   # 16 to train_length / 2 tokens tiled); 0 = the text as is
   c.data.retrieval_fraction = 0.0  # share of the training windows that are not copies given a

@@ -105,6 +105,8 @@ FIELDS = {
     "data.train_split": _text(nonempty=True),
     "data.validation_split": _text(nonempty=True),
     "data.test_split": _text(nonempty=True),
+    "data.tokenizer": _text("a tokenizer.json; empty = bytes"),
+    "data.separator_id": Field(int, low=-1, meaning="the id after each document; -1 = 256"),
     "data.copy_fraction": _share("the share of training windows made synthetic copies"),
     "data.retrieval_fraction": _share("the share of the other windows given a retrieval episode"),
     "data.retrieval_tasks": _text("comma-separated retrieval tasks"),
@@ -135,6 +137,7 @@ FIELDS = {
     "model.compute_dtype": _text(),
     "model.param_dtype": _text(),
     "model.kernel": _text(),
+    "model.vocab_size": _count(low=0, meaning="0 = the byte vocabulary, 257"),
     "model.remat": Field(bool),
     "model.scan_layers": Field(bool),
 }

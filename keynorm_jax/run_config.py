@@ -72,6 +72,13 @@ def _describe_names() -> str:
           "transformer_kna_rope)")
 
 
+def base_config(**kwargs) -> ml_collections.ConfigDict:
+  """configs/base.py's get_config(**kwargs): every field at its default."""
+  _put_repo_on_path()
+  from configs import base  # pylint: disable=g-import-not-at-top
+  return base.get_config(**kwargs)
+
+
 def _put_repo_on_path():
   """Config files import `configs.base`, so the repository root must be importable."""
   if str(REPO_ROOT) not in sys.path:
@@ -188,8 +195,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int) -> None:
 def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
   """The model's static description from a resolved config (validated there)."""
   try:
-    return ModelConfig(**config.model.to_dict(), vocab_size=VOCAB_SIZE,
-                       train_length=config.train_length)
+    fields = config.model.to_dict()
+    vocab_size = fields.pop("vocab_size", 0) or VOCAB_SIZE
+    return ModelConfig(**fields, vocab_size=vocab_size, train_length=config.train_length)
   except TypeError as e:  # a field the model does not know
     raise ConfigError(f"The config's model section does not fit this code: {e}.") from None
 

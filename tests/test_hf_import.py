@@ -79,3 +79,41 @@ def test_a_missing_shard_and_an_unplaced_tensor_are_refused(tmp_path):
   tied = _edited(tmp_path / "b", dict(tie_word_embeddings=False))    # untied, but no lm_head
   with pytest.raises(ConfigError, match="no lm_head.weight"):
     load_llama(tied)
+
+
+def test_eval_evaluates_a_hugging_face_folder_like_our_runs(tmp_path, data_dir):
+  """--hf_checkpoint: the held-out text in the folder's own tokens (tokenizer.json, eos after each
+  document), next-token accuracy at --lengths only, equal to the model's direct computation; and
+  a retrieval task or a missing folder is refused in one line."""
+  from keynorm_jax.data.eval_sets import eval_windows  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.evaluation.command import evaluate_workdir, make_columns  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.evaluation.evaluate import held_out_tokens  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.huggingface.run import hf_run  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.run_config import build_model  # pylint: disable=g-import-not-at-top
+  from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
+  folder = FIXTURES / "tiny_llama_untied"
+  # Bytes-trained runs and this folder read the same text: the corpus must exist (prepared once).
+  from keynorm_jax.data import corpora  # pylint: disable=g-import-not-at-top
+  run = hf_run(folder, data_dir=data_dir)
+  tokens = held_out_tokens(run.config)
+  documents = corpora.load_documents(run.config.data, "test")
+  first = Tokenizer.from_file(str(folder / "tokenizer.json")).encode(
+      documents[0], add_special_tokens=False).ids
+  np.testing.assert_array_equal(tokens[:len(first) + 1], first + [2])     # eos_token_id 2
+  records, failures, paths = evaluate_workdir(
+      "unused", hf_checkpoint=folder, data_dir=data_dir, lengths=[256], num_windows=2,
+      columns=make_columns(["none", "ntk", "window"], window=16), output=tmp_path,
+      echo=lambda *_: None)
+  assert not failures and {r["length"] for r in records} == {256} and "results.csv" in paths
+  model = build_model(run.config)
+  for record in (r for r in records if r["rope_scaling"] == "none"):
+    windows = eval_windows(tokens, kind=record["set"], length=256, count=2,
+                           train_length=run.config.train_length)
+    logits = np.asarray(model.apply({"params": run.params}, windows[:, :-1]))
+    assert record["accuracy"] == pytest.approx((logits.argmax(-1) == windows[:, 1:]).mean())
+  with pytest.raises(ConfigError, match="retrieval prompts are built in bytes"):
+    evaluate_workdir("unused", hf_checkpoint=folder, lengths=[64], tasks=["passkey"],
+                     columns=make_columns(["none"]), output=tmp_path / "b")
+  with pytest.raises(ConfigError, match="is not a folder"):
+    evaluate_workdir("unused", hf_checkpoint=tmp_path / "nothing", lengths=[64],
+                     columns=make_columns(["none"]), output=tmp_path / "c")

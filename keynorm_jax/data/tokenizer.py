@@ -1,4 +1,10 @@
-"""Byte-level UTF-8 tokenizer: ids 0..255 are bytes, 256 separates documents. Vocabulary 257."""
+"""Byte-level UTF-8 tokenizer: ids 0..255 are bytes, 256 separates documents. Vocabulary 257.
+
+A data config with `tokenizer` set (a Hugging Face tokenizer.json, read offline with the
+`tokenizers` library) encodes with that instead, each document followed by `separator_id`.
+"""
+
+import functools
 
 import numpy as np
 
@@ -22,9 +28,31 @@ def decode(ids) -> str:
   return "\n".join(pieces)
 
 
-def join_documents(documents) -> np.ndarray:
-  """Encodes documents and joins them into one stream, each followed by the separator."""
+@functools.lru_cache(maxsize=4)
+def _tokenizer(path: str):
+  from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
+  return Tokenizer.from_file(path)
+
+
+def text_encoder(data_config=None):
+  """(encode(text) -> int32 ids, separator id) of a data config: bytes, or its tokenizer.json."""
+  path = data_config.get("tokenizer", "") if data_config is not None else ""
+  if not path:
+    return encode, SEPARATOR_ID
+  if int(data_config.separator_id) < 0:
+    from keynorm_jax.errors import ConfigError  # pylint: disable=g-import-not-at-top
+    raise ConfigError("--config.data.tokenizer needs --config.data.separator_id: the id that ends "
+                      "each document (a Hugging Face model's eos_token_id).")
+  tokenizer = _tokenizer(str(path))
+  ids = lambda text: np.asarray(tokenizer.encode(text, add_special_tokens=False).ids, np.int32)
+  return ids, int(data_config.separator_id)
+
+
+def join_documents(documents, data_config=None) -> np.ndarray:
+  """Encodes documents (as `text_encoder(data_config)` says) and joins them into one stream, each
+  followed by the separator."""
+  encoder, separator = text_encoder(data_config)
   parts = []
   for doc in documents:
-    parts.extend([encode(doc), np.array([SEPARATOR_ID], np.int32)])
+    parts.extend([encoder(doc), np.array([separator], np.int32)])
   return np.concatenate(parts) if parts else np.zeros([0], np.int32)

@@ -21,6 +21,7 @@ from keynorm_jax.evaluation.report import markdown_table, write_results
 from keynorm_jax.evaluation.retrieval import NEXT_TOKEN, check_depths, evaluate_retrieval
 from keynorm_jax.evaluation.retrieval_report import retrieval_table
 from keynorm_jax.evaluation.run_loading import TrainedRun, find_runs, load_run
+from keynorm_jax.huggingface.run import hf_run
 from keynorm_jax.positions import INFERENCE_METHODS, EvalColumn, inference_method
 from keynorm_jax.storage import disk
 
@@ -93,7 +94,8 @@ def with_kernel(run: TrainedRun, kernel: str) -> TrainedRun:
 
 def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0, output=None,
                      diagnostics=False, echo=print, repeat_period=None, tasks=(NEXT_TOKEN,),
-                     depths=DEFAULT_DEPTHS, num_prompts=4, trust_unverified=False, kernel=None):
+                     depths=DEFAULT_DEPTHS, num_prompts=4, trust_unverified=False, kernel=None,
+                     hf_checkpoint=None, data_dir=""):
   """Evaluates every run found under `workdir`; returns (records, failures, paths), records being
   the next-token records followed by the retrieval records.
 
@@ -103,6 +105,9 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
     unreadable (skipped otherwise, like a corrupt one).
   kernel: the attention kernel (attention.KERNEL_NAMES) to evaluate with instead of each run's own
     model.kernel (the same function: e.g. `cudnn` on a GPU for runs trained on a CPU).
+  hf_checkpoint: instead of our runs, a local Hugging Face Llama-family folder (huggingface/), at
+    `lengths` only (not its training length), on the held-out text in its own tokens (TFDS data
+    in `data_dir`); its results go to `output`, default runs/hf_<folder name>/eval.
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
   stop the others. The output folder is checked to be writable before any work; the tables are
   printed before the files are written, all or nothing (report.write_results: OutputError says
@@ -115,8 +120,21 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
   depths = check_depths(depths)
   retrieval_names = [t for t in tasks if t != NEXT_TOKEN]
   workdir = pathlib.Path(workdir)
-  runs = find_runs(workdir)
-  output = pathlib.Path(output) if output else workdir / "eval"
+  if hf_checkpoint:
+    if retrieval_names:
+      raise ConfigError(f"--tasks={','.join(retrieval_names)}: the retrieval prompts are built in "
+                        "bytes, not yet in a Hugging Face tokenizer; evaluate --hf_checkpoint with "
+                        "--tasks=next_token.")
+    hf_folder = pathlib.Path(hf_checkpoint)
+    if not hf_folder.is_dir():
+      raise ConfigError(f"--hf_checkpoint={hf_checkpoint} is not a folder: pass the folder of a "
+                        "Hugging Face model (config.json, *.safetensors, tokenizer.json).")
+    runs = [hf_folder]
+    default_output = pathlib.Path("runs") / f"hf_{hf_folder.name}" / "eval"
+  else:
+    runs = find_runs(workdir)
+    default_output = workdir / "eval"
+  output = pathlib.Path(output) if output else default_output
   output_existed = output.is_dir()
   disk.ensure_writable(output, what="the eval output folder", fix="pass a writable --output")
   records, retrieval, failures, found_diagnostics = [], [], {}, {}
@@ -124,7 +142,8 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
   started = time.perf_counter()
   for index, run_dir in enumerate(runs, 1):
     try:
-      run = load_run(run_dir, warn=echo, trust_unverified=trust_unverified)
+      run = (hf_run(run_dir, data_dir=data_dir) if hf_checkpoint else
+             load_run(run_dir, warn=echo, trust_unverified=trust_unverified))
       if kernel is not None:
         run = with_kernel(run, kernel)
       key = json.dumps(run.config.data.to_dict(), sort_keys=True)
@@ -141,7 +160,7 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
       if NEXT_TOKEN in tasks:
         records += evaluate_run(run, lengths=lengths, columns=columns, num_windows=num_windows,
                                 batch_size=batch_size, tokens=tokens, repeat_period=repeat_period,
-                                progress=progress)
+                                progress=progress, include_train_length=not hf_checkpoint)
       if diagnostics:
         found_diagnostics[run.name] = run_diagnostics(run, lengths=lengths, tokens=tokens)
     except Exception as e:  # pylint: disable=broad-except

@@ -22,7 +22,7 @@ _EVAL_MAX_TOKENS_PER_BATCH = 16384
 
 def held_out_tokens(config):
   """The evaluation text of a run's dataset: its test split, joined as in training."""
-  return join_documents(corpora.load_documents(config.data, "test"))
+  return join_documents(corpora.load_documents(config.data, "test"), config.data)
 
 
 def auto_batch_size(model_cfg, length: int, num_windows: int) -> int:

@@ -108,7 +108,7 @@ def _tokens(config, split):
     if jax.process_index() == 0:
       corpora.load_documents(config.data, split)
     multihost_utils.sync_global_devices(f"keynorm_jax data ready: {split}")
-  return join_documents(corpora.load_documents(config.data, split))
+  return join_documents(corpora.load_documents(config.data, split), config.data)
 
 
 
