@@ -1,0 +1,90 @@
+"""One of our Transformer runs as a Llama-format Hugging Face folder, where it is expressible.
+
+The inverse of llama.py's mapping: config.json (model_type llama, this run's sizes, rms_norm_eps,
+rope_theta, max_position_embeddings = its training length, grouped-query heads, tied or untied
+head), model.safetensors in the PyTorch layout (Linear weights [out, in], float32) and the byte
+tokenizer as tokenizer.json (ids = UTF-8 bytes, <sep> = 256, also the eos token). Only a run whose
+model Llama computes exports: a Transformer with Baseline attention, RoPE without options, RMSNorm,
+SwiGLU, no QK-norm, log n or SSMax; any other is refused with the reason.
+"""
+
+import json
+import pathlib
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from keynorm_jax.data.tokenizer import SEPARATOR_ID, VOCAB_SIZE
+from keynorm_jax.errors import ConfigError
+from keynorm_jax.huggingface.byte_tokenizer import byte_tokenizer
+from keynorm_jax.models.config import ModelConfig
+
+
+def refusal(cfg: ModelConfig):
+  """Why Llama cannot compute this model (None: it can)."""
+  checks = [
+      (cfg.architecture == "transformer", f"it is a {cfg.architecture.upper()}, not a Transformer"),
+      (cfg.attention == "baseline", f"its attention is {cfg.attention.upper()} (Llama's is "
+                                    "Baseline: q . k / sqrt(d), no normalization)"),
+      (cfg.position == "rope" and not cfg.position_options,
+       f"its positions are {cfg.position!r}{' with options' if cfg.position_options else ''} "
+       "(Llama's are plain RoPE)"),
+      (cfg.qk_norm == "none", f"it has QK-norm ({cfg.qk_norm})"),
+      (not cfg.logn and not cfg.ssmax, "it scales scores by log n or SSMax"),
+      (cfg.norm == "rmsnorm" and cfg.norm_position == "pre", "its norms are not pre-norm RMSNorm"),
+      (cfg.mlp == "swiglu", f"its MLP is {cfg.mlp}, not SwiGLU"),
+  ]
+  return next((reason for ok, reason in checks if not ok), None)
+
+
+def hf_config(cfg: ModelConfig) -> dict:
+  return {
+      "architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "float32",
+      "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
+      "intermediate_size": cfg.resolved_mlp_size, "num_hidden_layers": cfg.num_layers,
+      "num_attention_heads": cfg.heads, "num_key_value_heads": cfg.kv_heads,
+      "head_dim": cfg.head_size, "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta,
+      "max_position_embeddings": cfg.train_length, "hidden_act": "silu",
+      "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": cfg.tie_embeddings,
+      "rope_scaling": None, "eos_token_id": SEPARATOR_ID, "bos_token_id": None,
+  }
+
+
+def hf_weights(cfg: ModelConfig, params) -> dict:
+  """{name: float32 array} in the Hugging Face PyTorch layout."""
+  f32 = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
+  t = lambda x: f32(np.asarray(x, np.float32).T)
+  out = {"model.embed_tokens.weight": f32(params["embedder"]["embed"]["embedding"]),
+         "model.norm.weight": f32(params["final_norm"]["scale"])}
+  if not cfg.tie_embeddings:
+    out["lm_head.weight"] = t(params["embedder"]["head"]["kernel"])
+  for i in range(cfg.num_layers):
+    layer, p = params[f"layer_{i}"], f"model.layers.{i}."
+    out |= {p + "input_layernorm.weight": f32(layer["attention_norm"]["scale"]),
+            p + "post_attention_layernorm.weight": f32(layer["mlp_norm"]["scale"]),
+            p + "self_attn.q_proj.weight": t(layer["query"]["kernel"]),
+            p + "self_attn.k_proj.weight": t(layer["key"]["kernel"]),
+            p + "self_attn.v_proj.weight": t(layer["value"]["kernel"]),
+            p + "self_attn.o_proj.weight": t(layer["out"]["kernel"]),
+            p + "mlp.gate_proj.weight": t(layer["mlp"]["gate"]["kernel"]),
+            p + "mlp.up_proj.weight": t(layer["mlp"]["up"]["kernel"]),
+            p + "mlp.down_proj.weight": t(layer["mlp"]["down"]["kernel"])}
+  return out
+
+
+def export(cfg: ModelConfig, params, out) -> pathlib.Path:
+  """Writes the folder `out` (refused if the model is not expressible or `out` holds files)."""
+  reason = refusal(cfg)
+  if reason:
+    raise ConfigError(f"This run cannot be written as a Llama model: {reason}.")
+  if cfg.vocab_size != VOCAB_SIZE:
+    raise ConfigError(f"This run's vocabulary has {cfg.vocab_size} tokens; the export writes the "
+                      f"byte tokenizer's {VOCAB_SIZE}.")
+  out = pathlib.Path(out)
+  if out.exists() and any(out.iterdir()):
+    raise ConfigError(f"--out={out} is not empty: pass a new folder (nothing is overwritten).")
+  out.mkdir(parents=True, exist_ok=True)
+  (out / "config.json").write_text(json.dumps(hf_config(cfg), indent=1, sort_keys=True) + "\n")
+  save_file(hf_weights(cfg, params), out / "model.safetensors", metadata={"format": "pt"})
+  byte_tokenizer().save(str(out / "tokenizer.json"))
+  return out
