@@ -7,7 +7,8 @@ method.
 Every run under --workdir (default runs/; or one run's folder) is restored from its latest checkpoint
 with its weights unchanged and scored on the "repeated" and "non_repeated" held-out sets at its
 training length and at --length (or each of --lengths), for each inference-time method (--methods).
-The methods and their knobs come from keynorm_jax.positions' registry.
+The methods and their knobs come from keynorm_jax.positions' registry. `--hf_checkpoint=DIR` evaluates
+a local Hugging Face model of the Llama family the same way instead (keynorm_jax/huggingface/).
 """
 
 import sys

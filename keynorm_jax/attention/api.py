@@ -61,8 +61,8 @@ def attend(q, k, v, *, kernel="auto", need_entropy=True, query_block=None, key_b
   blocks = block_sizes(length, query_block, key_block)
   explicit_blocks = query_block is not None or key_block is not None
   if explicit_blocks and kernel not in ("auto", "blocked"):
-    raise ValueError(f"query_block and key_block set the blocked kernel's blocks; kernel={kernel!r} "
-                     "has none (pass kernel='auto' or 'blocked').")
+    raise ValueError("query_block and key_block set the blocked kernel's blocks; "
+                     f"kernel={kernel!r} has none (pass kernel='auto' or 'blocked').")
   if explicit_blocks:   # blocks shorter than the sequence: blocked; else every score at once
     kernel = "blocked" if blocks != (None, None) else "auto"
   chosen = kernels.select(kernel, mods_of(**options), shape, need_entropy=need_entropy)
