@@ -121,28 +121,29 @@ def test_eval_evaluates_a_hugging_face_folder_like_our_runs(tmp_path, data_dir):
 
 @pytest.mark.slow
 def test_export_then_import_gives_the_same_logits_and_tokens(tmp_path, data_dir):
-  """A tiny Baseline RoPE Transformer run written as a Llama folder (export_hf) and read back:
-  the same logits; its tokenizer.json encodes text as our byte tokenizer does. A KNA run and a
-  non-empty --out are refused in one line."""
+  """A tiny Baseline RoPE Transformer run (grouped-query) written as a Llama folder by the CLI
+  (export_hf) and read back: the same logits; its tokenizer.json encodes text as our byte
+  tokenizer does. A KNA model and a non-empty --out are refused with the reason."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   from keynorm_jax.data.tokenizer import encode  # pylint: disable=g-import-not-at-top
   from keynorm_jax.evaluation.run_loading import load_run  # pylint: disable=g-import-not-at-top
-  from keynorm_jax.run_config import build_model  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.huggingface.export import export  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.run_config import build_model, model_config  # pylint: disable=g-import-not-at-top
   from keynorm_jax.training import loop as training  # pylint: disable=g-import-not-at-top
   from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
   from train_helpers import tiny_config  # pylint: disable=g-import-not-at-top
   repo = pathlib.Path(__file__).resolve().parent.parent
-  for name in ("transformer_baseline_rope", "transformer_kna_rope"):
-    config = tiny_config(name, data_dir=data_dir, num_train_steps=2, checkpoint_every_steps=2)
-    config.model.num_kv_heads = 1 if name.endswith("baseline_rope") else 0   # GQA
-    training.train_and_evaluate(config, tmp_path / name)
-  export = lambda name, out: subprocess.run(
-      [sys.executable, "-m", "keynorm_jax.export_hf", f"--workdir={tmp_path / name}",
-       f"--out={out}"], cwd=repo, capture_output=True, text=True, check=False)
-  done = export("transformer_baseline_rope", tmp_path / "hf")
+  config = tiny_config("transformer_baseline_rope", data_dir=data_dir, num_train_steps=2,
+                       checkpoint_every_steps=2)
+  config.model.num_kv_heads = 1
+  training.train_and_evaluate(config, tmp_path / "run")
+  done = subprocess.run([sys.executable, "-m", "keynorm_jax.export_hf",
+                         f"--workdir={tmp_path / 'run'}", f"--out={tmp_path / 'hf'}"],
+                        cwd=repo, capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr[-2000:]
-  run = load_run(tmp_path / "transformer_baseline_rope")
+  run = load_run(tmp_path / "run")
   cfg, params = load_llama(tmp_path / "hf")
   tokens = np.random.default_rng(0).integers(0, 257, size=(2, 48)).astype(np.int32)
   ours = np.asarray(build_model(run.config).apply({"params": run.params}, tokens))
@@ -152,8 +153,8 @@ def test_export_then_import_gives_the_same_logits_and_tokens(tmp_path, data_dir)
   text = "In the beginning, h\u00e9llo \u6f22\u5b57\n\tend"
   tokenizer = Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
   assert tokenizer.encode(text, add_special_tokens=False).ids == list(encode(text))
-  refused = export("transformer_kna_rope", tmp_path / "kna")
-  assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1].startswith(
-      "error: ConfigError: This run cannot be written as a Llama model: its attention is KNA")
-  again = export("transformer_baseline_rope", tmp_path / "hf")
-  assert again.returncode == 1 and "is not empty" in again.stderr
+  kna = dataclasses.replace(model_config(run.config), attention="kna")
+  with pytest.raises(ConfigError, match="cannot be written as a Llama model: its attention is KNA"):
+    export(kna, run.params, tmp_path / "kna")
+  with pytest.raises(ConfigError, match="is not empty"):
+    export(model_config(run.config), run.params, tmp_path / "hf")
