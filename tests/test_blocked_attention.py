@@ -16,6 +16,7 @@ from keynorm_jax import positions, run_config
 from keynorm_jax.attention import attend, block_sizes
 from keynorm_jax.attention.kernels import blocked
 from keynorm_jax.attention.prepare import Side
+from keynorm_jax.evaluation.command import with_kernel
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run
 from keynorm_jax.evaluation.run_loading import TrainedRun
@@ -143,9 +144,7 @@ def tiny_run():
 def _with_kernel(run, kernel, monkeypatch):
   """run with model.kernel = kernel (blocks of 16 tokens for `blocked`)."""
   monkeypatch.setattr(blocked, "DEFAULT_BLOCK", 16)
-  config = run.config.copy_and_resolve_references()
-  config.model.kernel = kernel
-  return dataclasses.replace(run, config=config)
+  return with_kernel(run, kernel)
 
 
 def test_evaluator_numbers_equal_full(tiny_run, monkeypatch):

@@ -37,8 +37,7 @@ def _inputs(seed, kv_heads=H):
 def _refusal(q, k, v, kwargs, name="xla"):
   if q.ndim == 3:   # one head
     q, k, v = q[:, :, None], k[:, :, None], v[:, :, None]
-  shape = Shape(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3], v.dtype)
-  return kernels.refusal(kernels.KERNELS[name], mods_of(**kwargs), shape)
+  return kernels.refusal(kernels.KERNELS[name], mods_of(**kwargs), Shape.of(q, k, v))
 
 
 def fused_attention(q, k, v, **kwargs):

@@ -2,6 +2,7 @@
 implementation's own (tests/fixtures/make_tiny_llama.py made them with transformers'
 FlaxLlamaForCausalLM from the same files), and every refusal."""
 
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -27,7 +28,7 @@ def test_logits_equal_the_hugging_face_implementations(name):
   assert cfg.tie_embeddings == (name == "tiny_llama_tied")
   tokens = np.load(folder / "tokens.npy")
   for kernel in ("reference", "auto"):
-    model = TransformerLM(cfg.__class__(**{**cfg.__dict__, "kernel": kernel}))
+    model = TransformerLM(dataclasses.replace(cfg, kernel=kernel))
     logits = np.asarray(jax.jit(model.apply)({"params": params}, tokens))
     np.testing.assert_allclose(logits, np.load(folder / "reference_logits.npy"), atol=1e-4,
                                rtol=1e-4)

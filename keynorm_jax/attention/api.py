@@ -5,7 +5,7 @@ import jax.numpy as jnp
 from keynorm_jax.attention import kernels
 from keynorm_jax.attention.kernels.base import FULL_SQUARE_MAX_LENGTH, Shape
 from keynorm_jax.attention.kernels.blocked import DEFAULT_BLOCK
-from keynorm_jax.attention.prepare import check_options, mods_of, prepare
+from keynorm_jax.attention.prepare import mods_of, prepare
 
 
 def query_block_size(length: int) -> int:
@@ -50,14 +50,11 @@ def attend(q, k, v, *, kernel="auto", need_entropy=True, query_block=None, key_b
   Returns:
     o with v's layout and dtype; entropy [B, T] (or [B, T, H]) or None.
   """
-  check_options(**{name: options.get(name) for name in (
-      "variant", "cosa_scale", "rerope_window", "leaky_rerope_factor", "logn_base", "window",
-      "sink_tokens", "inv_freq", "xpos_gamma")})
   single_head = q.ndim == 3
   if single_head:
     q, k, v = q[:, :, None], k[:, :, None], v[:, :, None]
-  batch, length, heads, size = q.shape
-  shape = Shape(batch, length, heads, k.shape[2], size, v.shape[-1], v.dtype)
+  shape = Shape.of(q, k, v)
+  length = shape.length
   blocks = block_sizes(length, query_block, key_block)
   explicit_blocks = query_block is not None or key_block is not None
   if explicit_blocks and kernel not in ("auto", "blocked"):

@@ -24,6 +24,12 @@ class Shape(NamedTuple):
   value_size: int
   dtype: np.dtype    # the values' (and the output's)
 
+  @classmethod
+  def of(cls, q, k, v) -> "Shape":
+    """The Shape of q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E]."""
+    batch, length, heads, size = q.shape
+    return cls(batch, length, heads, k.shape[2], size, v.shape[-1], v.dtype)
+
 
 def accept(mods, shape) -> Optional[str]:   # pylint: disable=unused-argument
   """A kernel's refusal that refuses nothing."""

@@ -149,8 +149,12 @@ def _merge_fwd(first, second):
   return _merged(first, second), None
 
 
+class ForwardOnly(ValueError):
+  """A gradient was asked of a composition the kernel computes forward only, by design."""
+
+
 def _merge_bwd(residuals, cotangents):
-  raise NotImplementedError(
+  raise ForwardOnly(
       "The cudnn and xla kernels compute ReRoPE and attention sinks forward only (two calls merged "
       "by log-sum-exps that carry no gradient). Differentiate through model.kernel=blocked or "
       "reference instead.")
