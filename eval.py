@@ -63,8 +63,13 @@ _KERNEL = flags.DEFINE_enum("kernel", None, KERNEL_NAMES, "Attention kernel to e
                             "cudnn on a GPU, blocked for bounded memory).")
 _HF_CHECKPOINT = flags.DEFINE_string(
     "hf_checkpoint", None, "Instead of our runs: a local Hugging Face model folder (config.json, "
-    "*.safetensors, tokenizer.json) of the Llama family (Llama 2/3, TinyLlama, Mistral without a "
-    "sliding window), evaluated at --lengths on the held-out text in its own tokens.")
+    "*.safetensors, tokenizer.json) of the Llama family (Llama 2/3/3.1/3.2, TinyLlama, Mistral "
+    "without a sliding window, Qwen2), evaluated at --lengths on the held-out text and the "
+    "retrieval prompts in its own tokens.")
+_HF_DTYPE = flags.DEFINE_enum("hf_dtype", "auto", ("auto", "float32", "bfloat16"),
+                              "With --hf_checkpoint: parameters and computation in float32 or "
+                              "bfloat16; auto = bfloat16 for bfloat16 weights on an accelerator, "
+                              "float32 otherwise.")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "With --hf_checkpoint: the TFDS data dir of the "
                                 "held-out text (\"\" = the TFDS default).")
 _DIAGNOSTICS = flags.DEFINE_bool("diagnostics", False, "Also record key-norm spread and "
@@ -112,7 +117,8 @@ def _evaluate():
       batch_size=_BATCH_SIZE.value, output=_OUTPUT.value, diagnostics=_DIAGNOSTICS.value,
       repeat_period=_REPEAT_PERIOD.value, tasks=tasks, depths=depths,
       num_prompts=_NUM_PROMPTS.value, trust_unverified=_TRUST_UNVERIFIED.value,
-      kernel=_KERNEL.value, hf_checkpoint=_HF_CHECKPOINT.value, data_dir=_DATA_DIR.value)
+      kernel=_KERNEL.value, hf_checkpoint=_HF_CHECKPOINT.value, data_dir=_DATA_DIR.value,
+      hf_dtype=_HF_DTYPE.value)
 
 
 if __name__ == "__main__":

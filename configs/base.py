@@ -7,7 +7,7 @@ unpacked as is into keynorm_jax.models.ModelConfig.
 
 import ml_collections
 
-from keynorm_jax.positions import knob_defaults
+from keynorm_jax.positions import knob_defaults, rope_scaling_defaults
 
 
 def get_config(name="baseline_rope", *, attention="baseline", position="rope", logn=False,
@@ -29,6 +29,11 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.position_options = ml_collections.ConfigDict(
       {**knob_defaults(position), **(position_options or {})})  # its knobs; 0 = its default
   m.rope_theta = 10000.0
+  m.rope_scaling = ml_collections.ConfigDict(rope_scaling_defaults())  # the model's own RoPE
+                                  # scaling, in training and at every length (a Hugging Face
+                                  # config's rope_scaling): type none / linear / ntk / dynamic_ntk /
+                                  # yarn / llama3, its factor and knobs; original_length 0 = the
+                                  # training length
   m.num_layers = 0                # 0 = from model_size (all shape fields)
   m.d_model = 0
   m.expansion = 0                 # GAU: e
@@ -42,6 +47,7 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.mlp_size = 0                  # Transformer: 0 = 8/3 d (swiglu) or 4 d (gelu), rounded to 8
   m.norm = "rmsnorm"              # Transformer: rmsnorm / layernorm (pre-norm, learnable gain)
   m.norm_eps = 1e-6               # Transformer: epsilon of those norms (Llama files: rms_norm_eps)
+  m.qkv_bias = False              # Transformer: biases on q, k and v (Qwen2's)
   m.tie_embeddings = False
   m.dropout = 0.0
   m.compute_dtype = "float32"     # or bfloat16 (softmax and loss stay float32)

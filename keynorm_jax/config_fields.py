@@ -119,6 +119,16 @@ FIELDS = {
     "model.cosa_scale": Field(float, low=0.0, meaning="CosA's lambda; 0 = 4 log(train_length / 2)"),
     "model.position": _text(),
     "model.rope_theta": Field(float, low=1.0, low_open=True, meaning="the RoPE base"),
+    "model.rope_scaling.type": _text(),
+    "model.rope_scaling.factor": Field(float, low=1.0, meaning="the trained RoPE scaling's factor"),
+    "model.rope_scaling.original_length": _count(
+        low=0, meaning="the length the scaling scales from; 0 = train_length"),
+    "model.rope_scaling.beta_fast": Field(float, low=0.0, low_open=True, meaning="YaRN's beta_fast"),
+    "model.rope_scaling.beta_slow": Field(float, low=0.0, low_open=True, meaning="YaRN's beta_slow"),
+    "model.rope_scaling.low_freq_factor": Field(float, low=0.0, low_open=True,
+                                                meaning="llama3's low_freq_factor"),
+    "model.rope_scaling.high_freq_factor": Field(float, low=0.0, low_open=True,
+                                                 meaning="llama3's high_freq_factor"),
     "model.num_layers": _count(low=0, meaning="0 = from model_size"),
     "model.d_model": _count(low=0, meaning="0 = from model_size"),
     "model.expansion": _count(low=0, meaning="the GAU's e"),
@@ -131,6 +141,7 @@ FIELDS = {
     "model.mlp_size": _count(low=0, meaning="0 = the MLP's default width"),
     "model.norm": _text(),
     "model.norm_eps": Field(float, low=0.0, low_open=True, meaning="the Transformer norms' epsilon"),
+    "model.qkv_bias": Field(bool),
     "model.tie_embeddings": Field(bool),
     "model.dropout": Field(float, low=0.0, high=1.0, high_open=True,
                            meaning="the dropout rate"),
@@ -145,13 +156,14 @@ FIELDS = {
 
 def _model_fields() -> dict:
   """The model's choice fields, with the choices of the code that implements them."""
-  from keynorm_jax import positions  # pylint: disable=g-import-not-at-top
+  from keynorm_jax import positions, rope  # pylint: disable=g-import-not-at-top
   from keynorm_jax.attention import KERNEL_NAMES, VARIANTS  # pylint: disable=g-import-not-at-top
   from keynorm_jax.models import config as model  # pylint: disable=g-import-not-at-top
   choices = {"architecture": model.ARCHITECTURES, "attention": VARIANTS,
              "qk_norm": model.QK_NORMS, "position": tuple(positions.TRAINING_METHODS.names()),
              "norm_position": model.NORM_POSITIONS, "mlp": model.MLPS, "norm": model.NORMS,
-             "compute_dtype": model.DTYPES, "param_dtype": model.DTYPES, "kernel": KERNEL_NAMES}
+             "compute_dtype": model.DTYPES, "param_dtype": model.DTYPES, "kernel": KERNEL_NAMES,
+             "rope_scaling.type": rope.SCALINGS}
   return {f"model.{k}": dataclasses.replace(FIELDS[f"model.{k}"], choices=tuple(v))
           for k, v in choices.items()}
 

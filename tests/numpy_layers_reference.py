@@ -45,11 +45,11 @@ def layer_norm(x, gain, bias=0.0, eps=1e-6):
   return (x - mean) / np.sqrt(var + eps) * gain + bias
 
 
-def norm(kind, x, p):
+def norm(kind, x, p, eps=1e-6):
   """The model's norms: p = {"scale": gain[, "bias": bias]}."""
   if kind == "rmsnorm":
-    return rms_norm(x, p["scale"])
-  return layer_norm(x, p["scale"], p.get("bias", 0.0))
+    return rms_norm(x, p["scale"], eps)
+  return layer_norm(x, p["scale"], p.get("bias", 0.0), eps)
 
 
 def gau_layer(x, p, *, e, s, attention_kwargs):
@@ -77,25 +77,29 @@ def mlp(kind, x, p):
 
 
 def transformer_block(x, p, *, heads, kv_heads, size, norm_kind="rmsnorm", mlp_kind="swiglu",
-                      qk_norm=None, per_head_kwargs=lambda h: {"variant": "baseline"}):
+                      qk_norm=None, per_head_kwargs=lambda h: {"variant": "baseline"},
+                      norm_eps=1e-6):
   """One pre-norm block. p: attention_norm, mlp_norm ({"scale"}), query [d, H S], key, value
-  [d, Hkv S], out [H S, d], mlp {gate?, up, down}; q_norm, k_norm when qk_norm is set."""
+  [d, Hkv S], out [H S, d], mlp {gate?, up, down}; q_norm, k_norm when qk_norm is set;
+  query_bias, key_bias, value_bias where q, k, v have biases (Qwen2)."""
   T = x.shape[0]
-  h = norm(norm_kind, x, p["attention_norm"])
-  q = (h @ p["query"]).reshape(T, heads, size)
-  k = (h @ p["key"]).reshape(T, kv_heads, size)
-  v = (h @ p["value"]).reshape(T, kv_heads, size)
+  h = norm(norm_kind, x, p["attention_norm"], norm_eps)
+  q = (h @ p["query"] + p.get("query_bias", 0.0)).reshape(T, heads, size)
+  k = (h @ p["key"] + p.get("key_bias", 0.0)).reshape(T, kv_heads, size)
+  v = (h @ p["value"] + p.get("value_bias", 0.0)).reshape(T, kv_heads, size)
   if qk_norm:
     q, k = norm(qk_norm, q, p["q_norm"]), norm(qk_norm, k, p["k_norm"])
   x = x + multi_head_attention(q, k, v, per_head_kwargs) @ p["out"]
-  return x + mlp(mlp_kind, norm(norm_kind, x, p["mlp_norm"]), p["mlp"])
+  return x + mlp(mlp_kind, norm(norm_kind, x, p["mlp_norm"], norm_eps), p["mlp"])
 
 
-def transformer_lm(tokens, p, *, num_layers, tied, norm_kind="rmsnorm", **block_kwargs):
+def transformer_lm(tokens, p, *, num_layers, tied, norm_kind="rmsnorm", norm_eps=1e-6,
+                   **block_kwargs):
   """tokens [T] -> logits [T, V]: embedding, blocks, final norm, head (or the embedding's
   transpose when tied). p: embed [V, d], layer_i, final_norm, head [d, V]."""
   x = p["embed"][tokens]
   for i in range(num_layers):
-    x = transformer_block(x, p[f"layer_{i}"], norm_kind=norm_kind, **block_kwargs)
-  x = norm(norm_kind, x, p["final_norm"])
+    x = transformer_block(x, p[f"layer_{i}"], norm_kind=norm_kind, norm_eps=norm_eps,
+                          **block_kwargs)
+  x = norm(norm_kind, x, p["final_norm"], norm_eps)
   return x @ (p["embed"].T if tied else p["head"])

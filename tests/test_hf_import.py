@@ -51,7 +51,6 @@ def _edited(tmp_path, change=None, remove=()):
     (dict(model_type="mistral", sliding_window=4096), (), "sliding window of 4096 tokens"),
     (dict(num_local_experts=8), (), "mixture of experts"),
     (dict(attention_bias=True), (), "attention_bias is set"),
-    (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), (), "RoPE scaling (llama3)"),
     (dict(hidden_act="gelu"), (), "activation is 'gelu'"),
     (None, ("model.safetensors",), "neither model.safetensors nor"),
     (None, ("config.json",), "no config.json"),
@@ -84,8 +83,8 @@ def test_a_missing_shard_and_an_unplaced_tensor_are_refused(tmp_path):
 
 def test_eval_evaluates_a_hugging_face_folder_like_our_runs(tmp_path, data_dir):
   """--hf_checkpoint: the held-out text in the folder's own tokens (tokenizer.json, eos after each
-  document), next-token accuracy at --lengths only, equal to the model's direct computation; and
-  a retrieval task or a missing folder is refused in one line."""
+  document), next-token accuracy at --lengths only, equal to the model's direct computation, and
+  the passkey prompts in those tokens; a missing folder is refused in one line."""
   from keynorm_jax.data.eval_sets import eval_windows  # pylint: disable=g-import-not-at-top
   from keynorm_jax.evaluation.command import evaluate_workdir, make_columns  # pylint: disable=g-import-not-at-top
   from keynorm_jax.evaluation.evaluate import held_out_tokens  # pylint: disable=g-import-not-at-top
@@ -104,17 +103,17 @@ def test_eval_evaluates_a_hugging_face_folder_like_our_runs(tmp_path, data_dir):
   records, failures, paths = evaluate_workdir(
       "unused", hf_checkpoint=folder, data_dir=data_dir, lengths=[256], num_windows=2,
       columns=make_columns(["none", "ntk", "window"], window=16), output=tmp_path,
-      echo=lambda *_: None)
+      echo=lambda *_: None, tasks=["next_token", "passkey"], num_prompts=1, depths=[0.0, 1.0])
   assert not failures and {r["length"] for r in records} == {256} and "results.csv" in paths
+  passkey = [r for r in records if r.get("task") == "passkey"]
+  assert len(passkey) == 3 and all(0.0 <= r["accuracy"] <= 1.0 for r in passkey)
+  records = [r for r in records if "set" in r]
   model = build_model(run.config)
   for record in (r for r in records if r["rope_scaling"] == "none"):
     windows = eval_windows(tokens, kind=record["set"], length=256, count=2,
                            train_length=run.config.train_length)
     logits = np.asarray(model.apply({"params": run.params}, windows[:, :-1]))
     assert record["accuracy"] == pytest.approx((logits.argmax(-1) == windows[:, 1:]).mean())
-  with pytest.raises(ConfigError, match="retrieval prompts are built in bytes"):
-    evaluate_workdir("unused", hf_checkpoint=folder, lengths=[64], tasks=["passkey"],
-                     columns=make_columns(["none"]), output=tmp_path / "b")
   with pytest.raises(ConfigError, match="is not a folder"):
     evaluate_workdir("unused", hf_checkpoint=tmp_path / "nothing", lengths=[64],
                      columns=make_columns(["none"]), output=tmp_path / "c")

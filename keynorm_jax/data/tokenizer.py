@@ -48,6 +48,30 @@ def text_encoder(data_config=None):
   return ids, int(data_config.separator_id)
 
 
+def encode_with_offsets(text: str):
+  """(`encode`'s ids, int64 [n, 2] character offsets of each): a character's UTF-8 bytes all
+  carry that character's span."""
+  ids = [encode(char) for char in text]
+  spans = [[i, i + 1] for i, char_ids in enumerate(ids) for _ in char_ids]
+  return (np.concatenate(ids) if ids else np.zeros([0], np.int32),
+          np.array(spans, np.int64).reshape(-1, 2))
+
+
+def offsets_encoder(data_config=None):
+  """encode(text) -> (int32 ids, int64 [n, 2] character offsets of each token) of a data config:
+  bytes, or its tokenizer.json (the spans say which tokens hold which characters)."""
+  path = data_config.get("tokenizer", "") if data_config is not None else ""
+  if not path:
+    return encode_with_offsets
+  tokenizer = _tokenizer(str(path))
+
+  def encoded(text):
+    found = tokenizer.encode(text, add_special_tokens=False)
+    return (np.asarray(found.ids, np.int32),
+            np.array(found.offsets, np.int64).reshape(-1, 2))
+  return encoded
+
+
 def join_documents(documents, data_config=None) -> np.ndarray:
   """Encodes documents (as `text_encoder(data_config)` says) and joins them into one stream, each
   followed by the separator."""

@@ -25,6 +25,7 @@ import numpy as np
 
 from keynorm_jax.data import retrieval
 from keynorm_jax.data.corpora import DataError
+from keynorm_jax.data.tokenizer import encode_with_offsets
 
 
 MIN_COPY_PERIOD = 16
@@ -43,7 +44,7 @@ def num_windows(num_tokens: int, train_length: int) -> int:
 def train_dataset(tokens, *, train_length: int, global_batch_size: int, seed: int,
                   process_index: int = 0, process_count: int = 1,
                   copy_fraction: float = 0.0, retrieval_fraction: float = 0.0,
-                  retrieval_tasks=()) -> grain.IterDataset:
+                  retrieval_tasks=(), encode=encode_with_offsets) -> grain.IterDataset:
   """Endless dataset of int32 batches [global_batch_size / process_count, train_length + 1].
 
   Each epoch is a fresh shuffle (seeded) of all windows; every host sees the same global batch
@@ -75,7 +76,7 @@ def train_dataset(tokens, *, train_length: int, global_batch_size: int, seed: in
       draw = np.random.default_rng((seed, int(i), RETRIEVAL_STREAM))
       if draw.random() < retrieval_fraction:
         name = retrieval_tasks[int(draw.integers(len(retrieval_tasks)))]
-        episode = retrieval.task(name).make(draw)
+        episode = retrieval.task(name).make(draw, encode=encode)
         out, _ = retrieval.place(out, episode, depth=float(draw.random()), min_gap=0)
     return out
 

@@ -95,7 +95,7 @@ def with_kernel(run: TrainedRun, kernel: str) -> TrainedRun:
 def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0, output=None,
                      diagnostics=False, echo=print, repeat_period=None, tasks=(NEXT_TOKEN,),
                      depths=DEFAULT_DEPTHS, num_prompts=4, trust_unverified=False, kernel=None,
-                     hf_checkpoint=None, data_dir=""):
+                     hf_checkpoint=None, data_dir="", hf_dtype="auto"):
   """Evaluates every run found under `workdir`; returns (records, failures, paths), records being
   the next-token records followed by the retrieval records.
 
@@ -107,7 +107,8 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
     model.kernel (the same function: e.g. `cudnn` on a GPU for runs trained on a CPU).
   hf_checkpoint: instead of our runs, a local Hugging Face Llama-family folder (huggingface/), at
     `lengths` only (not its training length), on the held-out text in its own tokens (TFDS data
-    in `data_dir`); its results go to `output`, default runs/hf_<folder name>/eval.
+    in `data_dir`), in `hf_dtype` (huggingface.run.resolve_dtype); its results go to `output`,
+    default runs/hf_<folder name>/eval.
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
   stop the others. The output folder is checked to be writable before any work; the tables are
   printed before the files are written, all or nothing (report.write_results: OutputError says
@@ -121,10 +122,6 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
   retrieval_names = [t for t in tasks if t != NEXT_TOKEN]
   workdir = pathlib.Path(workdir)
   if hf_checkpoint:
-    if retrieval_names:
-      raise ConfigError(f"--tasks={','.join(retrieval_names)}: the retrieval prompts are built in "
-                        "bytes, not yet in a Hugging Face tokenizer; evaluate --hf_checkpoint with "
-                        "--tasks=next_token.")
     hf_folder = pathlib.Path(hf_checkpoint)
     if not hf_folder.is_dir():
       raise ConfigError(f"--hf_checkpoint={hf_checkpoint} is not a folder: pass the folder of a "
@@ -142,7 +139,7 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
   started = time.perf_counter()
   for index, run_dir in enumerate(runs, 1):
     try:
-      run = (hf_run(run_dir, data_dir=data_dir) if hf_checkpoint else
+      run = (hf_run(run_dir, data_dir=data_dir, dtype=hf_dtype) if hf_checkpoint else
              load_run(run_dir, warn=echo, trust_unverified=trust_unverified))
       if kernel is not None:
         run = with_kernel(run, kernel)
@@ -156,7 +153,8 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
       if retrieval_names:  # first: it checks its lengths before any work
         retrieval += evaluate_retrieval(run, tasks=retrieval_names, lengths=lengths,
                                         columns=columns, num_prompts=num_prompts, depths=depths,
-                                        batch_size=batch_size, tokens=tokens, progress=progress)
+                                        batch_size=batch_size, tokens=tokens, progress=progress,
+                                        include_train_length=not hf_checkpoint)
       if NEXT_TOKEN in tasks:
         records += evaluate_run(run, lengths=lengths, columns=columns, num_windows=num_windows,
                                 batch_size=batch_size, tokens=tokens, repeat_period=repeat_period,

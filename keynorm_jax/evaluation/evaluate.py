@@ -74,7 +74,9 @@ def applicable_columns(model_cfg, columns):
   position method (e.g. a RoPE scaling on an ALiBi model) is skipped with its reason."""
   kept, skipped = [], {}
   for column in columns:
-    reason = column.method.skip_reason(model_cfg.position_method, model_cfg.heads)
+    scaling = model_cfg.trained_rope_scaling
+    reason = column.method.skip_reason(model_cfg.position_method, model_cfg.heads,
+                                       scaling["type"] if scaling else "none")
     if reason:
       skipped[column.label] = reason
     else:

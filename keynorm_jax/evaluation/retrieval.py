@@ -14,6 +14,7 @@ import numpy as np
 from keynorm_jax import run_config
 from keynorm_jax.data.retrieval import (DEFAULT_DEPTHS, RetrievalError, check_prompt_lengths,
                                         retrieval_prompts, task)
+from keynorm_jax.data.tokenizer import offsets_encoder
 from keynorm_jax.evaluation.evaluate import auto_batch_size, evaluation_plan, held_out_tokens
 from keynorm_jax.evaluation.scoring import make_scorer, score_windows
 
@@ -79,7 +80,8 @@ def evaluate_retrieval(run, *, tasks, lengths, columns, num_prompts: int, depths
   train_length = config.train_length
   model_cfg, columns, lengths, limit = evaluation_plan(run, lengths, columns,
                                                        include_train_length, progress)
-  check_prompt_lengths(tasks, lengths)
+  encode = offsets_encoder(config.data)  # the run's tokens: bytes or its tokenizer.json
+  check_prompt_lengths(tasks, lengths, encode)
   tokens = held_out_tokens(config) if tokens is None else tokens
   records = []
   for length in lengths:
@@ -88,8 +90,8 @@ def evaluate_retrieval(run, *, tasks, lengths, columns, num_prompts: int, depths
       records += [_record(run, t, length, c.at(length, train_length), depths, accuracy=None,
                           not_applicable=reason) for t in tasks for c in columns]
       continue
-    prompts = {t: retrieval_prompts(tokens, t, length=length, depths=depths, count=num_prompts)
-               for t in tasks}
+    prompts = {t: retrieval_prompts(tokens, t, length=length, depths=depths, count=num_prompts,
+                                    encode=encode) for t in tasks}
     size = batch_size or auto_batch_size(model_cfg, length, len(depths) * num_prompts)
     for column in columns:
       resolved = column.at(length, train_length)

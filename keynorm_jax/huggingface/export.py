@@ -2,10 +2,10 @@
 
 The inverse of llama.py's mapping: config.json (model_type llama, this run's sizes, rms_norm_eps,
 rope_theta, max_position_embeddings = its training length, grouped-query heads, tied or untied
-head), model.safetensors in the PyTorch layout (Linear weights [out, in], float32) and the byte
-tokenizer as tokenizer.json (ids = UTF-8 bytes, <sep> = 256, also the eos token). Only a run whose
+head, its own RoPE scaling as rope_scaling), model.safetensors in the PyTorch layout (Linear
+weights [out, in], float32) and the byte tokenizer as tokenizer.json (ids = UTF-8 bytes, <sep> = 256, also the eos token). Only a run whose
 model Llama computes exports: a Transformer with Baseline attention, RoPE without options, RMSNorm,
-SwiGLU, no QK-norm, log n or SSMax; any other is refused with the reason.
+SwiGLU, no QK-norm, log n, SSMax or q/k/v biases; any other is refused with the reason.
 """
 
 import json
@@ -17,6 +17,7 @@ from safetensors.numpy import save_file
 from keynorm_jax.data.tokenizer import SEPARATOR_ID, VOCAB_SIZE
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.huggingface.byte_tokenizer import byte_tokenizer
+from keynorm_jax.huggingface.llama import ROPE_TYPES
 from keynorm_jax.models.config import ModelConfig
 
 
@@ -33,8 +34,33 @@ def refusal(cfg: ModelConfig):
       (not cfg.logn and not cfg.ssmax, "it scales scores by log n or SSMax"),
       (cfg.norm == "rmsnorm" and cfg.norm_position == "pre", "its norms are not pre-norm RMSNorm"),
       (cfg.mlp == "swiglu", f"its MLP is {cfg.mlp}, not SwiGLU"),
+      (not cfg.qkv_bias, "its q, k and v have biases (Llama's have none)"),
+      (_hf_rope_scaling(cfg) is not False, "Hugging Face's rope_scaling has no kind that computes "
+                                           "its own RoPE scaling (ntk, or dynamic from another "
+                                           "length)"),
   ]
   return next((reason for ok, reason in checks if not ok), None)
+
+
+def _hf_rope_scaling(cfg: ModelConfig):
+  """config.json's rope_scaling of the model's own scaling (None without one; False where Hugging
+  Face has no rope_type for it); llama.ROPE_TYPES read backwards."""
+  scaling = cfg.trained_rope_scaling
+  if scaling is None:
+    return None
+  kind = {ours: hf for hf, ours in ROPE_TYPES.items()}.get(scaling["type"])
+  original = scaling["original_length"] or cfg.train_length
+  if kind is None or (kind == "dynamic" and original != cfg.train_length):
+    return False  # dynamic scales from max_position_embeddings, the training length
+  out = {"rope_type": kind, "factor": scaling["factor"]}
+  if kind == "yarn":
+    out.update(beta_fast=scaling["beta_fast"], beta_slow=scaling["beta_slow"],
+               original_max_position_embeddings=original)
+  if kind == "llama3":
+    out.update(low_freq_factor=scaling["low_freq_factor"],
+               high_freq_factor=scaling["high_freq_factor"],
+               original_max_position_embeddings=original)
+  return out
 
 
 def hf_config(cfg: ModelConfig) -> dict:
@@ -46,7 +72,7 @@ def hf_config(cfg: ModelConfig) -> dict:
       "head_dim": cfg.head_size, "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta,
       "max_position_embeddings": cfg.train_length, "hidden_act": "silu",
       "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": cfg.tie_embeddings,
-      "rope_scaling": None, "eos_token_id": SEPARATOR_ID, "bos_token_id": None,
+      "rope_scaling": _hf_rope_scaling(cfg), "eos_token_id": SEPARATOR_ID, "bos_token_id": None,
   }
 
 

@@ -9,14 +9,29 @@ same text as for our runs, in the model's own tokens.
 import json
 import pathlib
 
+import jax
+
 from keynorm_jax import run_config
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.run_loading import TrainedRun
-from keynorm_jax.huggingface.llama import load_llama
+from keynorm_jax.huggingface.llama import load_llama, stored_dtype
 
 _MODEL_FIELDS = ("architecture", "num_layers", "d_model", "num_heads", "head_dim", "num_kv_heads",
-                 "mlp", "mlp_size", "norm", "norm_eps", "tie_embeddings", "attention", "position",
-                 "rope_theta", "vocab_size")
+                 "mlp", "mlp_size", "norm", "norm_eps", "qkv_bias", "tie_embeddings", "attention",
+                 "position", "rope_theta", "vocab_size", "param_dtype", "compute_dtype")
+DTYPES = ("auto", "float32", "bfloat16")
+
+
+def resolve_dtype(folder, dtype: str) -> str:
+  """float32 or bfloat16: `dtype` itself, or for "auto" bfloat16 where the folder stores bfloat16
+  weights and the backend is an accelerator (half the memory), float32 otherwise (a CPU computes
+  bfloat16 slowly)."""
+  if dtype not in DTYPES:
+    raise ConfigError(f"--hf_dtype={dtype!r} is not one of {', '.join(DTYPES)}.")
+  if dtype != "auto":
+    return dtype
+  on_accelerator = jax.default_backend() != "cpu"
+  return "bfloat16" if on_accelerator and stored_dtype(folder) == "bfloat16" else "float32"
 
 
 def _separator(folder: pathlib.Path) -> int:
@@ -29,11 +44,12 @@ def _separator(folder: pathlib.Path) -> int:
   return eos
 
 
-def hf_run(folder, *, data_dir: str = "") -> TrainedRun:
-  """The TrainedRun of a local Llama-family folder (see llama.load_llama for what loads); the
-  held-out text from the embedded corpus, TFDS data in `data_dir` ("" = the TFDS default)."""
+def hf_run(folder, *, data_dir: str = "", dtype: str = "auto") -> TrainedRun:
+  """The TrainedRun of a local Llama-family folder (see llama.load_llama for what loads), in
+  `dtype` (resolve_dtype); the held-out text from the embedded corpus, TFDS data in `data_dir`
+  ("" = the TFDS default)."""
   folder = pathlib.Path(folder)
-  cfg, params = load_llama(folder)
+  cfg, params = load_llama(folder, resolve_dtype(folder, dtype))
   if not (folder / "tokenizer.json").is_file():
     raise ConfigError(f"{folder} has no tokenizer.json (the evaluator reads the model's tokenizer "
                       "from it, offline).")
@@ -41,6 +57,7 @@ def hf_run(folder, *, data_dir: str = "") -> TrainedRun:
                                   architecture="transformer")
   for field in _MODEL_FIELDS:
     config.model[field] = getattr(cfg, field)
+  config.model.rope_scaling.update(dict(cfg.rope_scaling))
   config.train_length = cfg.train_length
   config.data.data_dir = data_dir
   config.data.tokenizer = str(folder / "tokenizer.json")

@@ -25,11 +25,17 @@ def reach_bucket(train_length: int) -> int:
 
 
 def layer_specs(cfg: ModelConfig, column: positions.EvalColumn, length: int) -> tuple:
-  """Every layer's AttentionSpec for a sequence of `length` under an evaluation column."""
+  """Every layer's AttentionSpec for a sequence of `length`: the position method's, with the model's
+  own RoPE scaling (model.rope_scaling), under an evaluation column."""
   column = column.at(length, cfg.train_length)
-  return tuple(column.apply(cfg.position_method.layer_spec(
-      layer=layer, num_layers=cfg.num_layers, num_heads=cfg.heads, rope_theta=cfg.rope_theta,
-      train_length=cfg.train_length)) for layer in range(cfg.num_layers))
+  scaling = cfg.trained_rope_scaling
+  specs = []
+  for layer in range(cfg.num_layers):
+    spec = cfg.position_method.layer_spec(layer=layer, num_layers=cfg.num_layers,
+                                          num_heads=cfg.heads, rope_theta=cfg.rope_theta,
+                                          train_length=cfg.train_length)
+    specs.append(column.apply(spec.with_rope_scaling(**scaling) if scaling else spec))
+  return tuple(specs)
 
 
 class PositionalAttention(nn.Module):

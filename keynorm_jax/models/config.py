@@ -7,8 +7,9 @@ rules for fields left at 0 ("default") live in the properties below and nowhere 
 import dataclasses
 import math
 
-from keynorm_jax import positions
 import jax
+
+from keynorm_jax import positions, rope
 
 from keynorm_jax.attention import KERNEL_NAMES, VARIANTS, cosa_default_scale
 from keynorm_jax.errors import ConfigError
@@ -45,6 +46,7 @@ class ModelConfig:
   mlp_size: int = 0
   norm: str = "rmsnorm"
   norm_eps: float = 1e-6
+  qkv_bias: bool = False
   # Both.
   dropout: float = 0.0
   tie_embeddings: bool = False
@@ -57,6 +59,7 @@ class ModelConfig:
   position: str = "rope"
   position_options: tuple = ()
   rope_theta: float = 10000.0
+  rope_scaling: tuple = ()          # model.rope_scaling's fields (positions.rope_scaling_defaults)
   compute_dtype: str = "float32"
   param_dtype: str = "float32"
   kernel: str = "auto"
@@ -65,10 +68,9 @@ class ModelConfig:
   train_length: int = 512
 
   def __post_init__(self):
-    options = self.position_options
-    if not isinstance(options, tuple):
-      options = tuple(sorted(dict(options).items()))
-      object.__setattr__(self, "position_options", options)
+    for name in ("position_options", "rope_scaling"):  # hashable: sorted (key, value) pairs
+      if not isinstance(getattr(self, name), tuple):
+        object.__setattr__(self, name, tuple(sorted(dict(getattr(self, name)).items())))
     _choice("architecture", self.architecture, ARCHITECTURES)
     if self.norm_position is None:
       object.__setattr__(self, "norm_position", "post" if self.architecture == "gau" else "pre")
@@ -84,6 +86,9 @@ class ModelConfig:
       if getattr(self, name) < 1:
         raise ConfigError(f"model.{name} must be at least 1, got {getattr(self, name)}.")
     if self.architecture == "gau":
+      if self.qkv_bias:
+        raise ConfigError("model.qkv_bias is a Transformer setting (the GAU's q and k come from "
+                          "its own offsets); set model.qkv_bias=False.")
       for name in ("expansion", "qk_size"):
         if getattr(self, name) < 1:
           raise ConfigError(f"model.{name} must be at least 1, got {getattr(self, name)}.")
@@ -105,8 +110,24 @@ class ModelConfig:
     reason = method.refuse(attention=self.attention, num_heads=self.heads, logn=self.logn)
     if reason:
       raise ConfigError(f"model.position={self.position!r} cannot run here: {reason}.")
+    self._check_rope_scaling(method)
     if self.scan_layers:
       self._check_identical_layers()
+
+  def _check_rope_scaling(self, method):
+    scaling = self.trained_rope_scaling
+    if scaling is None:
+      return
+    if not method.rotary:
+      raise ConfigError(f"model.rope_scaling.type={scaling['type']!r} scales RoPE, and "
+                        f"position={self.position!r} has none; leave model.rope_scaling.type at "
+                        f"none.")
+    knobs = {k: v for k, v in scaling.items() if k not in ("type", "original_length")}
+    try:
+      rope.rope_inv_freq(self.head_size, scaling=scaling["type"],
+                         train_length=scaling["original_length"] or self.train_length, **knobs)
+    except ValueError as e:
+      raise ConfigError(f"model.rope_scaling: {e}") from None
 
   def _check_identical_layers(self):
     specs = [self.position_method.layer_spec(layer=i, num_layers=self.num_layers,
@@ -134,6 +155,13 @@ class ModelConfig:
   @property
   def position_method(self) -> positions.TrainingMethod:
     return positions.training_method(self.position, dict(self.position_options))
+
+  @property
+  def trained_rope_scaling(self) -> dict | None:
+    """The model's own RoPE scaling on every rotary layer at every length ({"type": ..., knobs}),
+    or None when model.rope_scaling.type is none."""
+    scaling = {**positions.rope_scaling_defaults(), **dict(self.rope_scaling)}
+    return None if scaling["type"] == "none" else scaling
 
   @property
   def cpu_ops(self) -> bool:

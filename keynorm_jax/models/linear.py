@@ -28,7 +28,7 @@ def _dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_
   return matmul(lhs, rhs, cpu_ops)
 
 
-def linear(features: int, dtype, name: str, cpu_ops: bool) -> nn.Module:
-  """nn.Dense(features) without bias, its products through `matmul`."""
-  return nn.Dense(features, use_bias=False, dtype=dtype, name=name,
+def linear(features: int, dtype, name: str, cpu_ops: bool, bias: bool = False) -> nn.Module:
+  """nn.Dense(features), without bias unless `bias`, its products through `matmul`."""
+  return nn.Dense(features, use_bias=bias, dtype=dtype, name=name,
                   dot_general=functools.partial(_dot_general, cpu_ops=cpu_ops))

@@ -1,6 +1,6 @@
-"""Multi-head pre-norm Transformer language model, no biases.
+"""Multi-head pre-norm Transformer language model, no biases (but q, k, v's with model.qkv_bias).
 
-  x = x + dropout(W_o Attn(q, k, v)),   q, k, v = Norm(x) W_q, W_k, W_v   (heads of size S)
+  x = x + dropout(W_o Attn(q, k, v)),   q, k, v = Norm(x) W_q, W_k, W_v (+ b_q, b_k, b_v)
   x = x + dropout(MLP(Norm(x)))
   SwiGLU: (silu(x W_gate) * (x W_up)) W_down     GELU: gelu(x W_up) W_down   (exact GELU)
   logits = head(Norm(x))                         (tied to the embedding as an option)
@@ -56,14 +56,14 @@ class TransformerBlock(nn.Module):
   @nn.compact
   def __call__(self, x, positions_BxT, deterministic: bool):
     cfg = self.config
-    dense = lambda features, name: linear(features, jnp.dtype(cfg.compute_dtype), name,
-                                          cfg.cpu_ops)
+    dense = lambda features, name, bias=False: linear(features, jnp.dtype(cfg.compute_dtype), name,
+                                                      cfg.cpu_ops, bias)
     batch, length, _ = x.shape
     heads, kv_heads, size = cfg.heads, cfg.kv_heads, cfg.head_size
     h = block_norm(cfg, "attention_norm")(x)
-    q = dense(heads * size, "query")(h).reshape(batch, length, heads, size)
-    k = dense(kv_heads * size, "key")(h).reshape(batch, length, kv_heads, size)
-    v = dense(kv_heads * size, "value")(h).reshape(batch, length, kv_heads, size)
+    q = dense(heads * size, "query", cfg.qkv_bias)(h).reshape(batch, length, heads, size)
+    k = dense(kv_heads * size, "key", cfg.qkv_bias)(h).reshape(batch, length, kv_heads, size)
+    v = dense(kv_heads * size, "value", cfg.qkv_bias)(h).reshape(batch, length, kv_heads, size)
     if cfg.qk_norm != "none":
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
     out = PositionalAttention(cfg, self.spec, name="attention")(q, k, v,

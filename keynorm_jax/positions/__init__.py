@@ -7,10 +7,12 @@ line in the README's method table; the config, model, evaluator and CLI help rea
 from keynorm_jax.positions.inference_methods import (INFERENCE_METHODS, EvalColumn,
                                                      InferenceMethod, inference_method)
 from keynorm_jax.positions.registry import UnknownMethodError
-from keynorm_jax.positions.spec import AttentionSpec, RotarySpec, alibi_slopes, attention_kwargs
+from keynorm_jax.positions.spec import (SCALING_KNOBS, AttentionSpec, RotarySpec, alibi_slopes,
+                                       attention_kwargs, rope_scaling_defaults)
 from keynorm_jax.positions.training_methods import (TRAINING_METHODS, TrainingMethod,
                                                     knob_defaults, training_method)
 
 __all__ = ["INFERENCE_METHODS", "EvalColumn", "InferenceMethod", "inference_method",
            "UnknownMethodError", "AttentionSpec", "RotarySpec", "alibi_slopes", "attention_kwargs",
+           "SCALING_KNOBS", "rope_scaling_defaults",
            "TRAINING_METHODS", "TrainingMethod", "knob_defaults", "training_method"]

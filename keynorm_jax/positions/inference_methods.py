@@ -35,8 +35,11 @@ class InferenceMethod(Method):
     del length, train_length
     return self
 
-  def skip_reason(self, method: TrainingMethod, num_heads: int) -> str | None:
-    del method, num_heads
+  def skip_reason(self, method: TrainingMethod, num_heads: int,
+                  trained_scaling: str = "none") -> str | None:
+    """Why the method does not apply to a model with this position method, number of heads and
+    own RoPE scaling (model.rope_scaling.type), or None."""
+    del method, num_heads, trained_scaling
     return None
 
   def apply(self, spec: AttentionSpec) -> AttentionSpec:
@@ -69,8 +72,13 @@ class RopeScaling(InferenceMethod):
     return dataclasses.replace(self, factor=self.factor or self.default_factor(length,
                                                                                train_length))
 
-  def skip_reason(self, method, num_heads):
-    return None if method.rotary else f"{method.name} has no RoPE to scale"
+  def skip_reason(self, method, num_heads, trained_scaling="none"):
+    if not method.rotary:
+      return f"{method.name} has no RoPE to scale"
+    if trained_scaling != "none":
+      return (f"the model has its own {trained_scaling} RoPE scaling (model.rope_scaling); a "
+              f"second scaling on top of it is not defined")
+    return None
 
   def rotary_changes(self) -> dict:
     return dict(scaling=self.name, factor=self.factor)
@@ -160,7 +168,7 @@ class ReRoPE(InferenceMethod):
   def at(self, length, train_length):
     return dataclasses.replace(self, rerope_window=self.rerope_window or train_length // 2)
 
-  def skip_reason(self, method, num_heads):
+  def skip_reason(self, method, num_heads, trained_scaling="none"):
     return None if method.rotary else f"{method.name} has no RoPE to clip"
 
   def apply(self, spec):
@@ -186,7 +194,7 @@ class LeakyReRoPE(InferenceMethod):
     return dataclasses.replace(
         self, leaky_rerope_window=self.leaky_rerope_window or train_length // 4)
 
-  def skip_reason(self, method, num_heads):
+  def skip_reason(self, method, num_heads, trained_scaling="none"):
     return None if method.rotary else f"{method.name} has no RoPE to clip"
 
   def apply(self, spec):
@@ -248,7 +256,7 @@ class AlibiScaling(InferenceMethod):
   def at(self, length, train_length):
     return dataclasses.replace(self, factor=self.factor or max(1.0, length / train_length))
 
-  def skip_reason(self, method, num_heads):
+  def skip_reason(self, method, num_heads, trained_scaling="none"):
     return None if isinstance(method, ALiBi) else f"{method.name} has no ALiBi slopes"
 
   # Each subclass defines scaled(slopes) -> new slopes.
@@ -277,10 +285,10 @@ class NTKAlibi(AlibiScaling):
   summary = "first head's slope kept, last head's divided by s, geometric between"
   paper = "keezen/ntk_alibi (GitHub, 2023): m_h / s^(h / (H - 1))"
 
-  def skip_reason(self, method, num_heads):
+  def skip_reason(self, method, num_heads, trained_scaling="none"):
     if num_heads < 2:
       return "ntk_alibi keeps the first head and interpolates the last: it needs several heads"
-    return super().skip_reason(method, num_heads)
+    return super().skip_reason(method, num_heads, trained_scaling)
 
   def scaled(self, slopes):
     last = len(slopes) - 1

@@ -25,6 +25,19 @@ class RotarySpec:
   fraction: float = 1.0            # p-RoPE: share of pairs rotated (the highest frequencies)
   xpos_gamma: float | None = None  # xPos decay zeta_m = (2m/S + gamma) / (1 + gamma)
   xpos_scale_base: float | None = None
+  original_length: int = 0         # the length `scaling` scales from; 0 = the training length
+
+
+# The fields of a RotarySpec that the model's own (trained) RoPE scaling sets, besides `scaling`
+# (config section model.rope_scaling, whose `type` is the scaling).
+SCALING_KNOBS = ("factor", "beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor",
+                 "original_length")
+
+
+def rope_scaling_defaults() -> dict:
+  """model.rope_scaling's fields and defaults: type "none" and RotarySpec's SCALING_KNOBS."""
+  plain = RotarySpec()
+  return {"type": plain.scaling, **{name: getattr(plain, name) for name in SCALING_KNOBS}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +67,13 @@ class AttentionSpec:
   def replace(self, **changes) -> "AttentionSpec":
     return dataclasses.replace(self, **changes)
 
+  def with_rope_scaling(self, type: str, **knobs) -> "AttentionSpec":  # pylint: disable=redefined-builtin
+    """This spec with a RoPE scaling (rope.SCALINGS; knobs from SCALING_KNOBS) on its rotation;
+    a layer without RoPE is left as it is."""
+    if self.rotary is None:
+      return self
+    return self.replace(rotary=dataclasses.replace(self.rotary, scaling=type, **knobs))
+
 
 def rotary_inv_freq(rotary: RotarySpec, *, rotary_dim: int, train_length: int, seq_length: int):
   """(inv_freq [rotary_dim // 2] float32, attention_factor) of a RotarySpec.
@@ -62,9 +82,9 @@ def rotary_inv_freq(rotary: RotarySpec, *, rotary_dim: int, train_length: int, s
   """
   inv_freq, attention_factor = rope.rope_inv_freq(
       rotary_dim, base=rotary.base, scaling=rotary.scaling, factor=rotary.factor,
-      train_length=train_length, seq_length=seq_length, beta_fast=rotary.beta_fast,
-      beta_slow=rotary.beta_slow, low_freq_factor=rotary.low_freq_factor,
-      high_freq_factor=rotary.high_freq_factor)
+      train_length=rotary.original_length or train_length, seq_length=seq_length,
+      beta_fast=rotary.beta_fast, beta_slow=rotary.beta_slow,
+      low_freq_factor=rotary.low_freq_factor, high_freq_factor=rotary.high_freq_factor)
   if rotary.fraction < 1.0:
     inv_freq = inv_freq * np.asarray(rope.p_rope_mask(rotary_dim, rotary.fraction), np.float32)
   return inv_freq, attention_factor

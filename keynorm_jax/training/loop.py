@@ -29,7 +29,7 @@ from keynorm_jax.training import config_changes, preemption, sharding
 from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
                                        state_restore_args)
 from keynorm_jax.data.eval_sets import eval_windows
-from keynorm_jax.data.tokenizer import join_documents
+from keynorm_jax.data.tokenizer import join_documents, offsets_encoder
 from keynorm_jax.data.train_stream import train_dataset
 from keynorm_jax.evaluation.scoring import make_scorer, score_windows
 from keynorm_jax.training.loss import token_scores
@@ -212,7 +212,8 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
                           process_index=jax.process_index(), process_count=jax.process_count(),
                           copy_fraction=config.data.copy_fraction,
                           retrieval_fraction=config.data.retrieval_fraction,
-                          retrieval_tasks=config.data.retrieval_tasks.split(","))
+                          retrieval_tasks=config.data.retrieval_tasks.split(","),
+                          encode=offsets_encoder(config.data))
   validation = eval_windows(validation_tokens, kind="non_repeated", length=config.train_length,
                             count=config.eval_windows, train_length=config.train_length)
 

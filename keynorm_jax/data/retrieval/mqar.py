@@ -15,7 +15,7 @@ import string
 import numpy as np
 
 from keynorm_jax.data.retrieval.episode import Episode
-from keynorm_jax.data.tokenizer import encode
+from keynorm_jax.data.tokenizer import encode_with_offsets
 
 PAIRS = 16
 KEYS = string.ascii_uppercase
@@ -25,16 +25,16 @@ def _block(keys, values) -> str:
   return " ".join(f"{k}{v}" for k, v in zip(keys, values))
 
 
-def mqar_episode(rng: np.random.Generator, pairs: int = PAIRS) -> Episode:
+def mqar_episode(rng: np.random.Generator, pairs: int = PAIRS,
+                 encode=encode_with_offsets) -> Episode:
+  """`pairs` pairs in the tokens of `encode` (Episode.from_text): each value's digit is scored."""
   if not 1 <= pairs <= len(KEYS):
     raise ValueError(f"MQAR takes 1 to {len(KEYS)} pairs (one capital letter each), got {pairs}.")
   keys = [KEYS[i] for i in rng.choice(len(KEYS), size=pairs, replace=False)]
   values = [int(v) for v in rng.integers(0, 10, size=pairs)]
   order = rng.permutation(pairs)
-  head = encode(" Recall:")
-  parts, groups = [head], [np.full(len(head), -1, np.int32)]
-  for answer, i in enumerate(order):
-    parts.append(encode(f" {keys[i]}{values[i]}"))
-    groups.append(np.array([-1, -1, answer], np.int32))  # space and key unscored, the value scored
-  return Episode(needle=encode(f" Pairs: {_block(keys, values)}. "), tail=np.concatenate(parts),
-                 answer_group=np.concatenate(groups))
+  tail, answers = " Recall:", []
+  for i in order:
+    tail += f" {keys[i]}{values[i]}"
+    answers.append((len(tail) - 1, len(tail)))  # the value's digit; the space and key unscored
+  return Episode.from_text(f" Pairs: {_block(keys, values)}. ", tail, answers, encode)

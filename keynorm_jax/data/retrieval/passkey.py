@@ -14,19 +14,17 @@ import string
 import numpy as np
 
 from keynorm_jax.data.retrieval.episode import Episode
-from keynorm_jax.data.tokenizer import encode
+from keynorm_jax.data.tokenizer import encode_with_offsets
 
 DIGITS = 5
 NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key. "
 QUESTION = " What is the pass key? The pass key is "
 
 
-def passkey_episode(rng: np.random.Generator, digits: int = DIGITS,
-                    alphabet: str = string.digits) -> Episode:
-  """A key of `digits` symbols drawn uniformly from `alphabet` (decimal digits by default)."""
+def passkey_episode(rng: np.random.Generator, digits: int = DIGITS, alphabet: str = string.digits,
+                    encode=encode_with_offsets) -> Episode:
+  """A key of `digits` symbols drawn uniformly from `alphabet` (decimal digits by default), in the
+  tokens of `encode` (Episode.from_text)."""
   key = "".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=digits))
-  question = encode(QUESTION)
-  tail = np.concatenate([question, encode(key)])
-  group = np.full(tail.shape, -1, np.int32)
-  group[len(question):] = 0
-  return Episode(needle=encode(NEEDLE.format(key=key)), tail=tail, answer_group=group)
+  tail = QUESTION + key
+  return Episode.from_text(NEEDLE.format(key=key), tail, [(len(QUESTION), len(tail))], encode)

@@ -16,6 +16,7 @@ from keynorm_jax.data.corpora import DataError
 from keynorm_jax.data.retrieval.episode import RetrievalError
 from keynorm_jax.data.retrieval.placement import place
 from keynorm_jax.data.retrieval.tasks import task
+from keynorm_jax.data.tokenizer import encode_with_offsets
 
 DEFAULT_DEPTHS = tuple(float(d) for d in np.linspace(0.0, 1.0, 10))
 EVAL_MIN_GAP = 64
@@ -26,10 +27,11 @@ def key_rng(task_name: str, length: int, index: int, depth_index: int) -> np.ran
   return np.random.default_rng([zlib.crc32(task_name.encode()), length, index, depth_index])
 
 
-def check_prompt_lengths(task_names, lengths) -> None:
-  """RetrievalError, before any work, for a length too short for a task's evaluation prompt."""
+def check_prompt_lengths(task_names, lengths, encode=encode_with_offsets) -> None:
+  """RetrievalError, before any work, for a length too short for a task's evaluation prompt (in
+  encode's tokens)."""
   for name in task_names:
-    needed = task(name).min_length(EVAL_MIN_GAP)
+    needed = task(name).min_length(EVAL_MIN_GAP, encode)
     short = sorted(n for n in lengths if n < needed)
     if short:
       raise RetrievalError(f"Length {short[0]} is shorter than a {name} prompt needs: at least "
@@ -37,8 +39,10 @@ def check_prompt_lengths(task_names, lengths) -> None:
                            f"question and the answer). Evaluate {name} at lengths >= {needed}.")
 
 
-def retrieval_prompts(tokens, task_name: str, *, length: int, depths=DEFAULT_DEPTHS, count: int):
-  """(windows int32 [D, count, length + 1], answer_group int32 [D, count, length + 1])."""
+def retrieval_prompts(tokens, task_name: str, *, length: int, depths=DEFAULT_DEPTHS, count: int,
+                      encode=encode_with_offsets):
+  """(windows int32 [D, count, length + 1], answer_group int32 [D, count, length + 1]); tokens:
+  the held-out text, and the episodes, in encode's tokens (tokenizer.offsets_encoder)."""
   tokens = np.asarray(tokens, np.int32)
   if count < 1:
     raise ValueError(f"Need at least one prompt per depth, got {count}.")
@@ -51,7 +55,7 @@ def retrieval_prompts(tokens, task_name: str, *, length: int, depths=DEFAULT_DEP
   groups = np.zeros_like(windows)
   for d, depth in enumerate(depths):
     for n, start in enumerate(starts):
-      episode = made(key_rng(task_name, length, n, d))
+      episode = made(key_rng(task_name, length, n, d), encode=encode)
       windows[d, n], groups[d, n] = place(tokens[start:start + length + 1], episode, depth,
                                           EVAL_MIN_GAP)
   return windows, groups

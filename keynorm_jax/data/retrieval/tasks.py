@@ -11,19 +11,22 @@ from keynorm_jax.data.retrieval import placement
 from keynorm_jax.data.retrieval.episode import Episode, RetrievalError
 from keynorm_jax.data.retrieval.mqar import mqar_episode
 from keynorm_jax.data.retrieval.passkey import passkey_episode
+from keynorm_jax.data.tokenizer import encode_with_offsets
 
 
 @dataclasses.dataclass(frozen=True)
 class Task:
   name: str
-  make: Callable[[np.random.Generator], Episode]
+  make: Callable[..., Episode]   # make(rng, encode=...): an episode in encode's tokens
   chance: float   # the exact-match accuracy of a uniform guess per answer
   summary: str
 
-  def min_length(self, min_gap: int) -> int:
-    """The shortest window (inputs) an episode fits with `min_gap` filler tokens before its tail
-    (every episode of a task has the same length)."""
-    return placement.min_length(self.make(np.random.default_rng(0)), min_gap)
+  def min_length(self, min_gap: int, encode=encode_with_offsets) -> int:
+    """The shortest window (inputs) an episode fits with `min_gap` filler tokens before its tail,
+    in encode's tokens (in bytes every episode of a task has the same length; in other tokens, the
+    longest of a few)."""
+    return max(placement.min_length(self.make(np.random.default_rng(seed), encode=encode), min_gap)
+               for seed in range(1 if encode is encode_with_offsets else 16))
 
 
 TASKS = {
