@@ -34,6 +34,12 @@ def sorted_random_positions(seed):
   return np.stack([np.sort(rng.choice(4 * T, T, replace=False)) for _ in range(B)])
 
 
+def log_forget(seed):
+  """[B, T, H] log forget gates log sigmoid(z), z ~ N(1.5, 1) (FoX's gates, mostly near 1)."""
+  z = np.random.default_rng(seed).normal(1.5, 1.0, size=(B, T, H))
+  return (-np.log1p(np.exp(-z))).astype(np.float32)
+
+
 CASES = {
     "baseline": dict(variant="baseline"),
     "qna_rope": dict(variant="qna", inv_freq=INV),
@@ -61,6 +67,8 @@ CASES = {
     "fire": dict(variant="baseline", score_bias=learned_bias(FireBias(H, 16))),
     "fire_sinks": dict(variant="baseline", inv_freq=INV, window=8, sink_tokens=2,
                        score_bias=learned_bias(FireBias(H, 16))),
+    "fox": dict(variant="baseline", log_forget=log_forget(4)),
+    "fox_window_kna": dict(variant="kna", window=9, log_forget=log_forget(5)),
     "shifted_positions": dict(variant="kna", inv_freq=INV, window=10,
                               positions=np.arange(T) + 1000),
     "random_positions_per_row": dict(variant="baseline", inv_freq=INV, window=20,

@@ -89,6 +89,11 @@ def transformer_block(x, p, *, heads, kv_heads, size, norm_kind="rmsnorm", mlp_k
   v = (h @ p["value"] + p.get("value_bias", 0.0)).reshape(T, kv_heads, size)
   if qk_norm:
     q, k = norm(qk_norm, q, p["q_norm"]), norm(qk_norm, k, p["k_norm"])
+  gate = p.get("attention", {}).get("forget_gate")
+  if gate is not None:   # FoX: log f_t = log sigmoid(w . h_t + b) per head, on the normed input
+    bias = ref.fox_bias(ref.log_sigmoid(h @ gate["w"] + gate["b"]))
+    plain_kwargs = per_head_kwargs
+    per_head_kwargs = lambda head: {**plain_kwargs(head), "bias": bias[head]}
   x = x + multi_head_attention(q, k, v, per_head_kwargs) @ p["out"]
   return x + mlp(mlp_kind, norm(norm_kind, x, p["mlp_norm"], norm_eps), p["mlp"])
 

@@ -85,6 +85,22 @@ def fire_bias(T, c, L, f, eps=0.0):
 
 
 # ----------------------------------------------------------------------------- absolute / rotary
+def fox_bias(log_forget):
+  """FoX (Lin et al. 2025): D[h, i, j] = sum over l = j+1 .. i of log f_l[h] for j <= i (0 on the
+  diagonal), from log_forget [T, H]; explicit sums, entries above the diagonal 0 (masked anyway)."""
+  T, H = log_forget.shape
+  D = np.zeros((H, T, T))
+  for h in range(H):
+    for i in range(T):
+      for j in range(i + 1):
+        D[h, i, j] = sum(log_forget[l, h] for l in range(j + 1, i + 1))
+  return D
+
+
+def log_sigmoid(x):
+  return -np.log1p(np.exp(-x))
+
+
 def sinusoidal_embedding(positions, d):
   """Vaswani et al. 2017 (arXiv 1706.03762) Sec. 3.5, interleaved:
   PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""

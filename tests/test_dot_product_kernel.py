@@ -136,9 +136,14 @@ def test_every_fusable_position_setting(method, column):
 
 
 def test_every_position_method_is_covered_or_refused():
-  """A new position method must be added to SETTINGS."""
+  """A new position method must be added to SETTINGS (or to the refused: FoX's data-dependent
+  bias goes to the blocked kernel)."""
   on_embedding = {"sinusoidal", "learned"}
-  assert set(positions.TRAINING_METHODS.names()) == set(SETTINGS) | on_embedding
+  refused = {"fox"}
+  assert set(positions.TRAINING_METHODS.names()) == set(SETTINGS) | on_embedding | refused
+  log_forget = np.zeros((B, T, H), np.float32)
+  assert "forget-gate" in dot_product.expressible(mods_of(log_forget=log_forget),
+                                                  Shape(B, T, H, H, S, S, np.float32))
   for name in on_embedding:
     assert positions.training_method(name).layer_spec(
         layer=0, num_layers=1, num_heads=H, rope_theta=1e4, train_length=TRAIN) == \

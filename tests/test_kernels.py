@@ -2,6 +2,7 @@
 (attention_cases.py): outputs, entropies (where the kernel gives them) and gradients, or a refusal
 with its reason where the kernel cannot express the case; and the choice among them (`select`)."""
 
+import functools
 import logging
 
 import jax
@@ -23,8 +24,9 @@ REFUSED = {
     "blocked": set(),
     # A window or ReRoPE over explicit positions (the calls count indices).
     # ReRoPE with a score bias (not composed).
+    # FoX's data-dependent bias.
     "xla": {"shifted_positions", "random_positions_per_row", "random_positions_rerope",
-            "rerope_alibi"},
+            "rerope_alibi", "fox", "fox_window_kna"},
     "cudnn": set(CASES) | {"values_wider"},   # refused on a CPU: "cuDNN runs on a GPU only"
 }
 BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
@@ -32,7 +34,7 @@ BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
 ALL_CASES = sorted(CASES) + ["values_wider"]
 GRADIENT_CASES = ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block", "window_alibi",
                   "xpos", "random_positions_per_row", "ssmax", "cosa_rope_logn", "fire_sinks",
-                  "fire", "values_wider"]
+                  "fire", "values_wider", "fox", "fox_window_kna"]
 # Computed forward only (two calls merged by log-sum-exps): differentiating them raises.
 FORWARD_ONLY = {"xla": {"rerope", "leaky_rerope", "sinks_over_a_block", "fire_sinks"}}
 
@@ -82,29 +84,26 @@ def test_kernel_matches_reference_or_refuses(name, case):
     (n, c) for n in kernels.KERNELS if n != "reference" for c in GRADIENT_CASES
     if c not in REFUSED[n] | FORWARD_ONLY.get(n, set())])
 def test_kernel_gradients_match_reference(name, case):
+  """Gradients of q, k, v and of the learnable arrays among the options (SSMax's scale, FoX's
+  log forget gates)."""
   q, k, v, options = _case(case)
   index = ALL_CASES.index(case)
   gives_entropy = kernels.KERNELS[name].gives_entropy
+  learnable = {n: options[n] for n in ("ssmax_scale", "log_forget") if n in options}
+  fixed = {n: x for n, x in options.items() if n not in learnable}
 
-  def reference_loss(*args):
-    out, entropy = attend(*args, kernel="reference", **options)
-    total = jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape)))
-    if gives_entropy:
-      total += jnp.sum(entropy * jnp.sin(jnp.arange(entropy.size).reshape(entropy.shape)))
-    return total
-
-  def kernel_loss(*args):
+  def loss(kernel, q, k, v, arrays):
     blocks = dict(zip(("query_block", "key_block"), BLOCKS[index % len(BLOCKS)]))
-    out, entropy = attend(*args, kernel=name, need_entropy=gives_entropy, **options,
-                          **(blocks if name == "blocked" else {}))
+    out, entropy = attend(q, k, v, kernel=kernel, need_entropy=gives_entropy, **fixed, **arrays,
+                          **(blocks if kernel == "blocked" else {}))
     total = jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape)))
     if gives_entropy:
       total += jnp.sum(entropy * jnp.sin(jnp.arange(entropy.size).reshape(entropy.shape)))
     return total
 
-  got = jax.jit(jax.grad(kernel_loss, argnums=(0, 1, 2)))(q, k, v)
-  want = jax.grad(reference_loss, argnums=(0, 1, 2))(q, k, v)
-  for a, b in zip(got, want):
+  got = jax.jit(jax.grad(functools.partial(loss, name), argnums=(0, 1, 2, 3)))(q, k, v, learnable)
+  want = jax.grad(functools.partial(loss, "reference"), argnums=(0, 1, 2, 3))(q, k, v, learnable)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
 
 

@@ -83,6 +83,7 @@ BLOCKS = [
     dict(attention="baseline", qk_norm="rmsnorm", ssmax=True, num_kv_heads=1),
     dict(attention="cosa", logn=True, qk_norm="layernorm", head_dim=12, mlp_size=24),
     dict(attention="qna", position="alibi", num_heads=4, num_kv_heads=1, logn=True),
+    dict(attention="kna", position="fox", num_heads=4, num_kv_heads=2),
 ]
 
 

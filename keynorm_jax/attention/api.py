@@ -45,7 +45,8 @@ def attend(q, k, v, *, kernel="auto", need_entropy=True, query_block=None, key_b
   options: those of prepare.prepare (variant, inv_freq, positions, logn_base, attention_factor,
     rerope_window, leaky_rerope_factor, cosa_scale, posthoc_logn_length, alibi_slope, window,
     sink_tokens, xpos_gamma, xpos_scale_base, score_bias(relative [B, Q, K] float32, query
-    positions [B, Q]) -> bias broadcastable to [B, H, Q, K], ssmax_scale).
+    positions [B, Q]) -> bias broadcastable to [B, H, Q, K], ssmax_scale, log_forget [B, T, H]:
+    FoX's log forget gates).
 
   Returns:
     o with v's layout and dtype; entropy [B, T] (or [B, T, H]) or None.

@@ -14,7 +14,9 @@ Per-query factors multiply every score of query i (position p_i):
                    whose normalization of q would cancel a factor on q)
   SSMax            s_h log(p_i + 1)                      (learnable s per head)
   YaRN             attention_factor ** 2
-Biases are added after those factors: ALiBi -m_h (p_i - p_j), or a learned bias (KERPLE, FIRE).
+Biases are added after those factors: ALiBi -m_h (p_i - p_j), or a learned bias (KERPLE, FIRE);
+FoX's forget gates (log_forget = log f_t per head) add sum_{l=j+1..i} log f_l = c_i - c_j, with
+c_t = sum_{l<=t} log f_l computed here once (both sides carry c as `decay`).
 Masks: causal; `window` keeps 0 <= p_i - p_j < w; `sink_tokens` k also keeps keys p_j < k.
 
 ReRoPE (bojone/rerope): relative position t = p_i - p_j becomes w where t >= w (leaky: w + (t - w)/k),
@@ -46,13 +48,14 @@ class Side(NamedTuple):
 
   near: [B, N, H, S] rotated at the positions; far: the second rotation (ReRoPE, sinks) or None;
   positions: [B, N]; index: [N] sequence index (the causal mask); multiplier: [B, N, H] factor on
-  the scores (queries only).
+  the scores (queries only); decay: [B, N, H] FoX's cumulative log forget gate c (or None).
   """
   near: jax.Array
   far: Optional[jax.Array]
   positions: jax.Array
   index: jax.Array
   multiplier: Optional[jax.Array] = None
+  decay: Optional[jax.Array] = None
 
 
 class Mods(NamedTuple):
@@ -63,6 +66,7 @@ class Mods(NamedTuple):
   sink_tokens: Optional[int] = None          # with window: also keep p_j < sink_tokens
   far_from: Optional[int] = None             # distance from which the far rotation scores
   explicit_positions: bool = False           # positions were given (not 0..T-1 by index)
+  forget_gate: bool = False                  # FoX: c_i - c_j of the sides' decay added
 
 
 class Prepared(NamedTuple):
@@ -110,7 +114,7 @@ def check_options(variant, cosa_scale=None, rerope_window=None, leaky_rerope_fac
 
 
 def mods_of(*, inv_freq=None, positions=None, rerope_window=None, alibi_slope=None, window=None,
-            sink_tokens=None, score_bias=None, **_) -> Mods:
+            sink_tokens=None, score_bias=None, log_forget=None, **_) -> Mods:
   """The Mods of attend's options (no array work: kernels are chosen from it before preparing)."""
   far_from = None
   if inv_freq is not None and rerope_window is not None:
@@ -119,7 +123,8 @@ def mods_of(*, inv_freq=None, positions=None, rerope_window=None, alibi_slope=No
     far_from = window     # q sits at the cache's last slot k + w - 1, a sink key at p_j
   slopes = None if alibi_slope is None else jnp.asarray(alibi_slope, jnp.float32)
   return Mods(alibi_slopes=slopes, score_bias=score_bias, window=window, sink_tokens=sink_tokens,
-              far_from=far_from, explicit_positions=positions is not None)
+              far_from=far_from, explicit_positions=positions is not None,
+              forget_gate=log_forget is not None)
 
 
 def _score_scale(variant, size, cosa_scale):
@@ -159,7 +164,7 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
             attention_factor=1.0, rerope_window=None, leaky_rerope_factor=None, cosa_scale=None,
             posthoc_logn_length=None, alibi_slope=None, window=None, sink_tokens=None,
             xpos_gamma=None, xpos_scale_base=512.0, score_bias=None, ssmax_scale=None,
-            rope_table_op=False) -> Prepared:
+            log_forget=None, rope_table_op=False) -> Prepared:
   """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E] and the options (attend's) -> Prepared.
 
   rope_table_op: compute RoPE's cos and sin once as an op of their own (cpu.boundary.own_op; the
@@ -173,7 +178,13 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
     raise ValueError(f"{heads} query heads cannot share {k.shape[2]} key/value heads evenly.")
   mods = mods_of(inv_freq=inv_freq, positions=positions, rerope_window=rerope_window,
                  alibi_slope=alibi_slope, window=window, sink_tokens=sink_tokens,
-                 score_bias=score_bias)
+                 score_bias=score_bias, log_forget=log_forget)
+  decay_BxTxH = None
+  if log_forget is not None:
+    if log_forget.shape != (batch, length, heads):
+      raise ValueError(f"log_forget must be [B, T, H] = {(batch, length, heads)} (one forget gate "
+                       f"per query head and position), got {tuple(log_forget.shape)}.")
+    decay_BxTxH = jnp.cumsum(log_forget.astype(jnp.float32), axis=1)
   q, k = q.astype(jnp.float32), k.astype(jnp.float32)
   if positions is None:
     positions = jnp.arange(length)
@@ -216,5 +227,5 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
     q_far = rotate(q, jnp.full_like(positions_BxT, sink_tokens + window - 1), 1.0)
     k_far = k_near
   index = jnp.arange(length)
-  return Prepared(Side(q_near, q_far, positions_BxT, index, multiplier_BxTxH),
-                  Side(k_near, k_far, positions_BxT, index), v, mods)
+  return Prepared(Side(q_near, q_far, positions_BxT, index, multiplier_BxTxH, decay_BxTxH),
+                  Side(k_near, k_far, positions_BxT, index, decay=decay_BxTxH), v, mods)

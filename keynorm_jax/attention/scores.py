@@ -1,7 +1,8 @@
 """The scores of a block of queries against a block of keys: the one home of the biases and masks.
 
 score_ij = multiplier_i x (q_i . k_j), with the far rotation's product where p_i - p_j >= far_from
-(ReRoPE, sinks), minus ALiBi's m_h x distance, plus a learned bias of the distance; masked
+(ReRoPE, sinks), minus ALiBi's m_h x distance, plus a learned bias of the distance, plus FoX's
+c_i - c_j (the sides' decay); masked
 (MASKED) where j > i (by index), outside the window, unless a sink. The distance is p_i - p_j, or for
 a sink key outside the window its distance in the StreamingLLM cache, (k + w - 1) - p_j. Every
 einsum kernel computes its scores here (the full square and every block alike), so they cannot
@@ -73,6 +74,10 @@ def bias_and_keep(mods: Mods, queries: Side, keys: Side, heads: int):
   if mods.score_bias is not None:
     learned = mods.score_bias(distance_BxQxK, queries.positions)
     bias = learned if bias is None else bias + learned
+  if mods.forget_gate:   # FoX: sum_{l=j+1..i} log f_l = c_i - c_j
+    forget_BxHxQxK = (jnp.moveaxis(queries.decay, 2, 1)[..., :, None]
+                      - jnp.moveaxis(keys.decay, 2, 1)[..., None, :])
+    bias = forget_BxHxQxK if bias is None else bias + forget_BxHxQxK
   keep_QxK = queries.index[:, None] >= keys.index[None, :]
   keep_BxQxK = jnp.broadcast_to(keep_QxK, relative_BxQxK.shape)
   if mods.window is not None:

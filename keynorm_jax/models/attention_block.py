@@ -16,7 +16,7 @@ from keynorm_jax import positions
 from keynorm_jax.attention import attend
 from keynorm_jax.attention.reach import attend_with_reach
 from keynorm_jax.models.config import ModelConfig
-from keynorm_jax.models.position_bias import LEARNED_BIASES, SSMaxScale
+from keynorm_jax.models.position_bias import LEARNED_BIASES, ForgetGate, SSMaxScale
 
 
 def reach_bucket(train_length: int) -> int:
@@ -44,10 +44,13 @@ class PositionalAttention(nn.Module):
   spec: positions.AttentionSpec
 
   @nn.compact
-  def __call__(self, q, k, v, positions_BxT):
+  def __call__(self, q, k, v, positions_BxT, x=None):
+    """x [B, T, d]: the layer's input to q, k and v, which FoX's forget gates read."""
     cfg, spec = self.config, self.spec
     kwargs = positions.attention_kwargs(spec, rotary_dim=q.shape[-1], train_length=cfg.train_length,
                                         seq_length=q.shape[1], logn_base=cfg.resolved_logn_base)
+    if spec.forget_gate:
+      kwargs["log_forget"] = ForgetGate(cfg.heads, name="forget_gate")(x)
     score_bias = LEARNED_BIASES[spec.learned_bias](cfg)() if spec.learned_bias else None
     ssmax = SSMaxScale(cfg.heads, cfg.train_length, name="ssmax")() if cfg.ssmax else None
     # Positions are 0..T-1 unless the method draws random training positions: say so (None), so

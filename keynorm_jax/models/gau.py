@@ -62,7 +62,7 @@ class GAULayer(nn.Module):
     if cfg.qk_norm != "none":
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
     out = PositionalAttention(cfg, self.spec, name="attention")(
-        q[:, :, None], k[:, :, None], v[:, :, None], positions_BxT)[:, :, 0]
+        q[:, :, None], k[:, :, None], v[:, :, None], positions_BxT, x)[:, :, 0]
     out = linear(x.shape[-1], dtype, "wo", cfg.cpu_ops)(u * out)
     return nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
 

@@ -1,4 +1,5 @@
-"""Learned score biases of a layer (KERPLE, FIRE) and SSMax's learnable scale, as Flax modules.
+"""Learned score biases of a layer (KERPLE, FIRE, FoX's forget gates) and SSMax's learnable scale,
+as Flax modules.
 
 Each bias module returns a callable(distance [B, Q, K], query positions [B, Q]) -> [B, H, Q, K] for
 attention.attend's `score_bias`; distance is the key's relative (or StreamingLLM cache) distance.
@@ -71,6 +72,25 @@ def _torch_default(fan_in: int):
   """PyTorch's default Linear init: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
   bound = 1.0 / math.sqrt(fan_in)
   return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
+
+
+class ForgetGate(nn.Module):
+  """FoX's forget gates (Lin et al. 2025): log f_t = log sigmoid(w_h . x_t + b_h) [B, T, H] of the
+  layer's input x_t, one gate per head, for attention.attend's `log_forget`.
+
+  Initialised as the paper's code (zhixuan-lin/forgetting-transformer, the default "full" gate):
+  w ~ N(0, 0.02^2), b = 0 (every gate starts near sigmoid(0) = 1/2).
+  """
+  num_heads: int
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    if x_BxTxD is None:
+      raise ValueError("FoX's forget gates read the layer's input x: pass it to the attention.")
+    d = x_BxTxD.shape[-1]
+    w = self.param("w", nn.initializers.normal(0.02), (d, self.num_heads))
+    b = self.param("b", nn.initializers.zeros, (self.num_heads,))
+    return jax.nn.log_sigmoid(x_BxTxD.astype(jnp.float32) @ w + b)
 
 
 class SSMaxScale(nn.Module):

@@ -66,8 +66,7 @@ class TransformerBlock(nn.Module):
     v = dense(kv_heads * size, "value", cfg.qkv_bias)(h).reshape(batch, length, kv_heads, size)
     if cfg.qk_norm != "none":
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
-    out = PositionalAttention(cfg, self.spec, name="attention")(q, k, v,
-                                                                             positions_BxT)
+    out = PositionalAttention(cfg, self.spec, name="attention")(q, k, v, positions_BxT, h)
     out = dense(x.shape[-1], "out")(out.reshape(batch, length, heads * size))
     x = x + nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
     out = MLP(cfg, name="mlp")(block_norm(cfg, "mlp_norm")(x))

@@ -51,6 +51,8 @@ class AttentionSpec:
     sink_tokens: with window, also keep keys j < sink_tokens (StreamingLLM).
     alibi_slopes: one slope per head; the bias -m (i - j) is added to the scores.
     learned_bias: "kerple_log" or "fire": the layer owns a learnable bias of that kind.
+    forget_gate: FoX: the layer owns per-head forget gates f_t = sigmoid(w . x_t + b) on its input
+      x_t, adding sum_{l=j+1..i} log f_l to the scores.
     logn: trained log n on (True), off (False) or as the model is configured (None).
     posthoc_logn: inference-only max(1, log(i + 1) / log(L_train)) on the scores.
   """
@@ -61,6 +63,7 @@ class AttentionSpec:
   sink_tokens: int | None = None
   alibi_slopes: tuple[float, ...] | None = None
   learned_bias: str | None = None
+  forget_gate: bool = False
   logn: bool | None = None
   posthoc_logn: bool = False
 

@@ -212,6 +212,17 @@ class HWFA(Rope):
                          window=self.window or self.default_window(num_layers, train_length))
 
 
+@register
+@dataclasses.dataclass(frozen=True)
+class Fox(TrainingMethod):
+  name = "fox"
+  summary = "learned forget gates: sum of log f_l over l = j+1..i added to the scores, no rotation"
+  paper = "Lin et al. 2025, Forgetting Transformer (ICLR 2025, arXiv 2503.02130)"
+
+  def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
+    return AttentionSpec(forget_gate=True)
+
+
 def training_method(name: str, options=None) -> TrainingMethod:
   """The method `name` with its knobs from `options` (a mapping; 0 / None mean default)."""
   options = {k: (v if v else None) for k, v in dict(options or {}).items()}

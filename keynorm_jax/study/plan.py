@@ -129,7 +129,8 @@ def field_runs() -> list[StudyRun]:
   gau = [f"{a}_{p}" for p in positions.TRAINING_METHODS.names() for a in ("baseline", "kna")]
   gau += ["qkln_rope", "ssmax_rope"]
   transformer = [f"transformer_{a}" for a in (
-      "baseline_alibi", "kna_alibi", "baseline_nope", "kna_nope") + GAU_BEST]
+      "baseline_alibi", "kna_alibi", "baseline_nope", "kna_nope") + GAU_BEST
+      + ("baseline_fox", "kna_fox")]
   seeds = [StudyRun(f"{prefix}{name}", seed) for seed in (1, 2)
            for prefix in ("", "transformer_") for name in SEEDED]
   gau_seeds = [StudyRun(name, seed) for name in SEEDED_GAU_ONLY for seed in (1, 2)]

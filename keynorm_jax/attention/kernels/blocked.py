@@ -62,7 +62,8 @@ def _padded(side: Side, size: int) -> Side:
               far=_pad_to(side.far, size, "constant"),
               positions=_pad_to(side.positions, size, "edge"),
               index=jnp.arange(size, dtype=side.index.dtype),
-              multiplier=_pad_to(side.multiplier, size, "edge"))
+              multiplier=_pad_to(side.multiplier, size, "edge"),
+              decay=_pad_to(side.decay, size, "edge"))
 
 
 def _slice(x, start, size: int):
@@ -80,13 +81,13 @@ def _add_at(buffer, start, update):
 
 
 def _floats(side: Side):
-  """The differentiable parts of a side: (near, far, multiplier)."""
-  return side.near, side.far, side.multiplier
+  """The differentiable parts of a side: (near, far, multiplier, decay)."""
+  return side.near, side.far, side.multiplier, side.decay
 
 
 def _side(floats, positions, index) -> Side:
-  near, far, multiplier = floats
-  return Side(near, far, positions, index, multiplier)
+  near, far, multiplier, decay = floats
+  return Side(near, far, positions, index, multiplier, decay)
 
 
 def _zeros_like(x, reference):

@@ -63,6 +63,8 @@ def expressible(mods, shape):
     return "the calls count a window or ReRoPE's distance by index, not by explicit positions"
   if rerope and mods.window is not None:
     return "ReRoPE with a window is not composed"
+  if mods.forget_gate:
+    return "FoX's forget-gate bias depends on the data (the blocked kernel takes it)"
   if rerope and (mods.alibi_slopes is not None or mods.score_bias is not None):
     return "ReRoPE with a score bias (ALiBi, KERPLE, FIRE) is not composed"
   if shape.value_size % shape.size:
