@@ -67,6 +67,7 @@ CASES = {
     "fire": dict(variant="baseline", score_bias=learned_bias(FireBias(H, 16))),
     "fire_sinks": dict(variant="baseline", inv_freq=INV, window=8, sink_tokens=2,
                        score_bias=learned_bias(FireBias(H, 16))),
+    "self_extend": dict(variant="kna", inv_freq=INV, rerope_window=6, self_extend_group=3),
     "fox": dict(variant="baseline", log_forget=log_forget(4)),
     "fox_window_kna": dict(variant="kna", window=9, log_forget=log_forget(5)),
     "shifted_positions": dict(variant="kna", inv_freq=INV, window=10,

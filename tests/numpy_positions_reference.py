@@ -97,6 +97,12 @@ def fox_bias(log_forget):
   return D
 
 
+def self_extend_relative(G, W):
+  """Self-Extend (Jin et al. 2024, datamllab/LongLM): relative position i - j inside the neighbor
+  window W; beyond it the grouped positions' difference floor(i/G) - floor(j/G) + (W - W // G)."""
+  return lambda i, j: i - j if i - j < W else i // G - j // G + W - W // G
+
+
 def log_sigmoid(x):
   return -np.log1p(np.exp(-x))
 
@@ -207,12 +213,13 @@ def effective_relative_position(i, j, window=None, sink_tokens=None):
 
 
 def attention(q, k, v, *, variant, inv_freq=None, kappa=None, bias=None, window=None, sink_tokens=None,
-              ssmax_s=None, cosa_scale=None):
+              ssmax_s=None, cosa_scale=None, relative=None):
   """One head: q, k [T, S] (before RoPE), v [T, E] -> [T, E], explicit loops.
 
   score_ij = kappa_i * ssmax_i * variant(q_i, k_j at effective relative position t) + bias_ij, where variant is
   baseline q.k/sqrt(S), qna (q/|q|).k, kna q.(k/|k|), cosa cosa_scale * cos(q, k) (RoPE keeps norms);
   ssmax_i = ssmax_s * log(i + 1). bias: None, [T, T] matrix read at (i, j), or callable bias(t, i).
+  relative(i, j): the rotation's relative position of a kept pair instead of t (e.g. Self-Extend's).
   """
   if sink_tokens and window is None:
     raise ValueError("sink_tokens needs window")
@@ -225,10 +232,11 @@ def attention(q, k, v, *, variant, inv_freq=None, kappa=None, bias=None, window=
       t = effective_relative_position(i, j, window, sink_tokens)
       if t is None:
         continue
+      angle = t if relative is None else relative(i, j)
       if inv_freq is None:
         dot = q[i] @ k[j]
       else:
-        dot = np.real(np.sum(as_complex(q[i]) * np.conj(as_complex(k[j])) * np.exp(1j * t * inv_freq)))
+        dot = np.real(np.sum(as_complex(q[i]) * np.conj(as_complex(k[j])) * np.exp(1j * angle * inv_freq)))
       nq, nk = np.linalg.norm(q[i]), np.linalg.norm(k[j])
       score = {"baseline": lambda: dot / math.sqrt(S), "qna": lambda: dot / nq, "kna": lambda: dot / nk,
                "cosa": lambda: cosa_scale * dot / (nq * nk)}[variant]()

@@ -100,7 +100,7 @@ SETTINGS = {
     "fire": ["none", "window"],
 }
 # The inference methods the kernels merge from two calls (forward only).
-SETTINGS["rope"] += ["leaky_rerope", "rerope", "streaming"]
+SETTINGS["rope"] += ["leaky_rerope", "rerope", "streaming", "self_extend"]
 
 
 def _column(name):

@@ -36,7 +36,8 @@ GRADIENT_CASES = ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block", "w
                   "xpos", "random_positions_per_row", "ssmax", "cosa_rope_logn", "fire_sinks",
                   "fire", "values_wider", "fox", "fox_window_kna"]
 # Computed forward only (two calls merged by log-sum-exps): differentiating them raises.
-FORWARD_ONLY = {"xla": {"rerope", "leaky_rerope", "sinks_over_a_block", "fire_sinks"}}
+FORWARD_ONLY = {"xla": {"rerope", "leaky_rerope", "sinks_over_a_block", "fire_sinks",
+                        "self_extend"}}
 
 
 def _case(case):

@@ -283,3 +283,27 @@ def test_posthoc_logn_scales_scores_not_q():
   plain, _ = attend(q, k, v, variant="qna")
   _check(bojone, np.asarray(plain), atol=1e-6)                  # q's factor cancels for QNA
   assert np.abs(np.asarray(got) - np.asarray(plain)).max() > 1e-3
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("group, window", [(3, 4), (2, 5), (4, 1)])
+def test_self_extend(group, window, block):
+  """Self-Extend against the NumPy reference's grouped relative positions (LongLM's code)."""
+  q, k, v = _inputs(6)
+  got, _ = attend(q, k, v, variant="kna", inv_freq=INV.astype(np.float32), rerope_window=window,
+                  self_extend_group=group, query_block=block)
+  expected = _per_head_reference(q, k, v, lambda h: dict(
+      variant="kna", inv_freq=INV, relative=ref.self_extend_relative(group, window)))
+  _check(got, expected)
+
+
+def test_self_extend_defaults_and_bad_knobs():
+  method = positions.inference_method("self_extend").at(8192, 512)
+  # W = 512 / 4 = 128; G the smallest with 128 + (8192 - 128) / G <= 2/3 x 512.
+  assert (method.self_extend_window, method.self_extend_group) == (128, 38)
+  assert 128 + (8192 - 128) / 38 <= 2 / 3 * 512 < 128 + (8192 - 128) / 37
+  with pytest.raises(ValueError, match="self_extend_group must be at least 1"):
+    positions.inference_method("self_extend", self_extend_group=0)
+  q, k, v = _inputs(0)
+  with pytest.raises(ValueError, match="self_extend_group needs rerope_window"):
+    attend(q, k, v, variant="kna", inv_freq=INV.astype(np.float32), self_extend_group=2)

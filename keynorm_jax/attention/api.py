@@ -46,7 +46,7 @@ def attend(q, k, v, *, kernel="auto", need_entropy=True, query_block=None, key_b
     rerope_window, leaky_rerope_factor, cosa_scale, posthoc_logn_length, alibi_slope, window,
     sink_tokens, xpos_gamma, xpos_scale_base, score_bias(relative [B, Q, K] float32, query
     positions [B, Q]) -> bias broadcastable to [B, H, Q, K], ssmax_scale, log_forget [B, T, H]:
-    FoX's log forget gates).
+    FoX's log forget gates, self_extend_group: Self-Extend's G with rerope_window its window).
 
   Returns:
     o with v's layout and dtype; entropy [B, T] (or [B, T, H]) or None.

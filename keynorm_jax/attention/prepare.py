@@ -20,7 +20,9 @@ c_t = sum_{l<=t} log f_l computed here once (both sides carry c as `decay`).
 Masks: causal; `window` keeps 0 <= p_i - p_j < w; `sink_tokens` k also keeps keys p_j < k.
 
 ReRoPE (bojone/rerope): relative position t = p_i - p_j becomes w where t >= w (leaky: w + (t - w)/k),
-computed as two score matrices joined with where(t < w). Streaming (attention sinks) scores a sink
+computed as two score matrices joined with where(t < w). Self-Extend (Jin et al. 2024,
+datamllab/LongLM) joins the same way, its far pair rotated at grouped positions: the query at
+floor(p_i / G) + w - floor(w / G), the key at floor(p_j / G). Streaming (attention sinks) scores a sink
 key outside the window at its position in the StreamingLLM cache, (k + w - 1) - p_j, the same way.
 L2 normalization commutes with the rotation, so it is applied before RoPE. Everything in float32.
 
@@ -89,7 +91,8 @@ def cosa_default_scale(train_length: int) -> float:
 
 
 def check_options(variant, cosa_scale=None, rerope_window=None, leaky_rerope_factor=None,
-                  logn_base=None, window=None, sink_tokens=None, inv_freq=None, xpos_gamma=None):
+                  logn_base=None, window=None, sink_tokens=None, inv_freq=None, xpos_gamma=None,
+                  self_extend_group=None):
   """Raises ValueError naming the first option that is out of range or lacks its partner."""
   if variant not in VARIANTS:
     raise ValueError(f"Unknown attention variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
@@ -111,6 +114,13 @@ def check_options(variant, cosa_scale=None, rerope_window=None, leaky_rerope_fac
     raise ValueError("sink_tokens and rerope_window cannot be combined (both re-place far keys).")
   if xpos_gamma is not None and inv_freq is None:
     raise ValueError("xpos_gamma needs inv_freq (xPos is a RoPE).")
+  if self_extend_group is not None:
+    if rerope_window is None or leaky_rerope_factor is not None:
+      raise ValueError("self_extend_group needs rerope_window (Self-Extend's neighbor window) and "
+                       "no leaky_rerope_factor.")
+    if self_extend_group < 1:
+      raise ValueError(f"self_extend_group (Self-Extend's group size G) must be >= 1, got "
+                       f"{self_extend_group}.")
 
 
 def mods_of(*, inv_freq=None, positions=None, rerope_window=None, alibi_slope=None, window=None,
@@ -164,7 +174,7 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
             attention_factor=1.0, rerope_window=None, leaky_rerope_factor=None, cosa_scale=None,
             posthoc_logn_length=None, alibi_slope=None, window=None, sink_tokens=None,
             xpos_gamma=None, xpos_scale_base=512.0, score_bias=None, ssmax_scale=None,
-            log_forget=None, rope_table_op=False) -> Prepared:
+            log_forget=None, self_extend_group=None, rope_table_op=False) -> Prepared:
   """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E] and the options (attend's) -> Prepared.
 
   rope_table_op: compute RoPE's cos and sin once as an op of their own (cpu.boundary.own_op; the
@@ -172,7 +182,7 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
     that rotates). The numbers are the same either way.
   """
   check_options(variant, cosa_scale, rerope_window, leaky_rerope_factor, logn_base, window,
-                sink_tokens, inv_freq, xpos_gamma)
+                sink_tokens, inv_freq, xpos_gamma, self_extend_group)
   batch, length, heads, size = q.shape
   if heads % k.shape[2]:
     raise ValueError(f"{heads} query heads cannot share {k.shape[2]} key/value heads evenly.")
@@ -218,7 +228,12 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
   q_near = rotate(q, positions_BxT, 1.0, near_table)
   k_near = rotate(k, positions_BxT, -1.0, near_table)
   q_far = k_far = None
-  if inv_freq is not None and rerope_window is not None:
+  if inv_freq is not None and self_extend_group is not None:
+    w, g = rerope_window, self_extend_group
+    grouped = jnp.floor_divide(positions_BxT, g)
+    q_far = rotate(q, grouped + (w - w // g), 1.0)
+    k_far = rotate(k, grouped, -1.0)
+  elif inv_freq is not None and rerope_window is not None:
     w, leak = float(rerope_window), float(leaky_rerope_factor or math.inf)
     # q at p_i / leak + w (1 - 1/leak) against k at p_j / leak: relative w + (t - w) / leak.
     q_far = rotate(q, positions_BxT / leak + w * (1 - 1 / leak), 1.0)

@@ -6,6 +6,7 @@ layer's AttentionSpec.
 """
 
 import dataclasses
+import math
 
 from keynorm_jax.positions.registry import Method, Registry, knob
 from keynorm_jax.positions.spec import AttentionSpec
@@ -202,6 +203,43 @@ class LeakyReRoPE(InferenceMethod):
       return spec
     return spec.replace(rerope_window=self.leaky_rerope_window,
                         leaky_rerope_factor=self.leaky_rerope_factor)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class SelfExtend(InferenceMethod):
+  """Self-Extend: exact positions within the neighbor window, grouped ones beyond it.
+
+  The paper's code defaults (G = 8, W = 1024) are for 4k-token Llamas; here W defaults to a quarter
+  of the training length and G to the smallest group that keeps every grouped distance inside
+  2/3 of the training length (LongLM's guidance: 2/3 L > W + (N - W) / G at length N).
+  """
+  name = "self_extend"
+  summary = "exact positions within a neighbor window, floor(p / G) beyond it"
+  paper = "Jin et al. 2024, LLM Maybe LongLM: Self-Extend (arXiv 2401.01325)"
+  self_extend_window: int | None = knob(None, "Self-Extend neighbor window W; default "
+                                        "train_length / 4")
+  self_extend_group: int | None = knob(None, "Self-Extend group size G; default the smallest with "
+                                       "W + (length - W) / G <= 2/3 train_length")
+
+  def __post_init__(self):
+    _check_positive("self_extend_window", self.self_extend_window)
+    _check_positive("self_extend_group", self.self_extend_group)
+
+  def at(self, length, train_length):
+    window = self.self_extend_window or max(1, train_length // 4)
+    room = max(1.0, 2 * train_length / 3 - window)
+    group = self.self_extend_group or max(1, math.ceil((length - window) / room))
+    return dataclasses.replace(self, self_extend_window=window, self_extend_group=group)
+
+  def skip_reason(self, method, num_heads, trained_scaling="none"):
+    return None if method.rotary else f"{method.name} has no RoPE to group"
+
+  def apply(self, spec):
+    if spec.rotary is None:
+      return spec
+    return spec.replace(rerope_window=self.self_extend_window,
+                        self_extend_group=self.self_extend_group)
 
 
 @register

@@ -47,6 +47,8 @@ class AttentionSpec:
   Attributes:
     rotary: RoPE settings, or None for no rotation (NoPE, absolute, bias methods).
     rerope_window, leaky_rerope_factor: ReRoPE (needs rotary).
+    self_extend_group: with rerope_window, Self-Extend: keys at rerope_window or farther are scored
+      at grouped positions (group size G) instead of ReRoPE's clipped one.
     window: keep keys with 0 <= i - j < window.
     sink_tokens: with window, also keep keys j < sink_tokens (StreamingLLM).
     alibi_slopes: one slope per head; the bias -m (i - j) is added to the scores.
@@ -59,6 +61,7 @@ class AttentionSpec:
   rotary: RotarySpec | None = None
   rerope_window: int | None = None
   leaky_rerope_factor: float | None = None
+  self_extend_group: int | None = None
   window: int | None = None
   sink_tokens: int | None = None
   alibi_slopes: tuple[float, ...] | None = None
@@ -113,6 +116,7 @@ def attention_kwargs(spec: AttentionSpec, *, rotary_dim: int, train_length: int,
     kwargs["logn_base"] = logn_base
   kwargs.update(
       rerope_window=spec.rerope_window, leaky_rerope_factor=spec.leaky_rerope_factor,
+      self_extend_group=spec.self_extend_group,
       window=spec.window, sink_tokens=spec.sink_tokens,
       alibi_slope=None if spec.alibi_slopes is None else np.asarray(spec.alibi_slopes,
                                                                     np.float32),
