@@ -103,6 +103,18 @@ def self_extend_relative(G, W):
   return lambda i, j: i - j if i - j < W else i // G - j // G + W - W // G
 
 
+def scale_invariant_logit(tau):
+  """Scale-invariant attention (Anson, Wang & Aitchison 2025): L_t = a_t S_t + m_t with
+  a_t = sqrt(2 [log(t / tau + 1) - log alpha + beta / alpha]) and m_t = -a_t^2 + beta / alpha (eq. 14
+  and 16), alpha = beta = e^(1/2) so that a_0^2 = 1 and m_0 = 0 (the paper's boundary condition)."""
+  alpha = beta = math.exp(0.5)
+
+  def transform(score, t):
+    a_squared = 2.0 * (math.log(t / tau + 1.0) - math.log(alpha) + beta / alpha)
+    return math.sqrt(a_squared) * score - a_squared + beta / alpha
+  return transform
+
+
 def log_sigmoid(x):
   return -np.log1p(np.exp(-x))
 
@@ -213,13 +225,14 @@ def effective_relative_position(i, j, window=None, sink_tokens=None):
 
 
 def attention(q, k, v, *, variant, inv_freq=None, kappa=None, bias=None, window=None, sink_tokens=None,
-              ssmax_s=None, cosa_scale=None, relative=None):
+              ssmax_s=None, cosa_scale=None, relative=None, logit_transform=None):
   """One head: q, k [T, S] (before RoPE), v [T, E] -> [T, E], explicit loops.
 
   score_ij = kappa_i * ssmax_i * variant(q_i, k_j at effective relative position t) + bias_ij, where variant is
   baseline q.k/sqrt(S), qna (q/|q|).k, kna q.(k/|k|), cosa cosa_scale * cos(q, k) (RoPE keeps norms);
   ssmax_i = ssmax_s * log(i + 1). bias: None, [T, T] matrix read at (i, j), or callable bias(t, i).
   relative(i, j): the rotation's relative position of a kept pair instead of t (e.g. Self-Extend's).
+  logit_transform(score, t): applied to the score before the bias (scale-invariant attention's).
   """
   if sink_tokens and window is None:
     raise ValueError("sink_tokens needs window")
@@ -244,6 +257,8 @@ def attention(q, k, v, *, variant, inv_freq=None, kappa=None, bias=None, window=
         score *= kappa[i]
       if ssmax_s is not None:
         score *= ssmax_s * math.log(i + 1)
+      if logit_transform is not None:
+        score = logit_transform(score, t)
       if callable(bias):
         score += bias(t, i)
       elif bias is not None:

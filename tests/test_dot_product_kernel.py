@@ -137,13 +137,14 @@ def test_every_fusable_position_setting(method, column):
 
 def test_every_position_method_is_covered_or_refused():
   """A new position method must be added to SETTINGS (or to the refused: FoX's data-dependent
-  bias goes to the blocked kernel)."""
+  bias and scale-invariant attention's factors go to the einsum kernels)."""
   on_embedding = {"sinusoidal", "learned"}
-  refused = {"fox"}
+  refused = {"fox", "scale_invariant"}
   assert set(positions.TRAINING_METHODS.names()) == set(SETTINGS) | on_embedding | refused
   log_forget = np.zeros((B, T, H), np.float32)
-  assert "forget-gate" in dot_product.expressible(mods_of(log_forget=log_forget),
-                                                  Shape(B, T, H, H, S, S, np.float32))
+  shape = Shape(B, T, H, H, S, S, np.float32)
+  assert "forget-gate" in dot_product.expressible(mods_of(log_forget=log_forget), shape)
+  assert "distance" in dot_product.expressible(mods_of(scale_invariant_tau=10.0), shape)
   for name in on_embedding:
     assert positions.training_method(name).layer_spec(
         layer=0, num_layers=1, num_heads=H, rope_theta=1e4, train_length=TRAIN) == \

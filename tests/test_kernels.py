@@ -24,9 +24,9 @@ REFUSED = {
     "blocked": set(),
     # A window or ReRoPE over explicit positions (the calls count indices).
     # ReRoPE with a score bias (not composed).
-    # FoX's data-dependent bias.
+    # FoX's data-dependent bias; scale-invariant's factor on each score.
     "xla": {"shifted_positions", "random_positions_per_row", "random_positions_rerope",
-            "rerope_alibi", "fox", "fox_window_kna"},
+            "rerope_alibi", "fox", "fox_window_kna", "scale_invariant", "scale_invariant_sinks"},
     "cudnn": set(CASES) | {"values_wider"},   # refused on a CPU: "cuDNN runs on a GPU only"
 }
 BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
@@ -34,7 +34,7 @@ BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
 ALL_CASES = sorted(CASES) + ["values_wider"]
 GRADIENT_CASES = ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block", "window_alibi",
                   "xpos", "random_positions_per_row", "ssmax", "cosa_rope_logn", "fire_sinks",
-                  "fire", "values_wider", "fox", "fox_window_kna"]
+                  "fire", "values_wider", "fox", "fox_window_kna", "scale_invariant_sinks"]
 # Computed forward only (two calls merged by log-sum-exps): differentiating them raises.
 FORWARD_ONLY = {"xla": {"rerope", "leaky_rerope", "sinks_over_a_block", "fire_sinks",
                         "self_extend"}}

@@ -307,3 +307,23 @@ def test_self_extend_defaults_and_bad_knobs():
   q, k, v = _inputs(0)
   with pytest.raises(ValueError, match="self_extend_group needs rerope_window"):
     attend(q, k, v, variant="kna", inv_freq=INV.astype(np.float32), self_extend_group=2)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("opts", [dict(tau=10.0), dict(tau=0.5, window=5, sink_tokens=2)])
+def test_scale_invariant(opts, block):
+  """Scale-invariant p-RoPE (the training method's spec) against the paper's general form."""
+  opts = dict(opts)
+  tau = opts.pop("tau")
+  method = positions.training_method("scale_invariant", {"tau": tau})
+  spec = method.layer_spec(layer=0, num_layers=1, num_heads=H, rope_theta=100.0, train_length=T)
+  kwargs = positions.attention_kwargs(spec, rotary_dim=S, train_length=T, seq_length=T,
+                                      logn_base=None)
+  q, k, v = _inputs(7)
+  got, _ = attend(q, k, v, variant="baseline", query_block=block, **{**kwargs, **opts})
+  expected = _per_head_reference(q, k, v, lambda h: dict(
+      variant="baseline", inv_freq=ref.p_rope_inv_freq(S, 100.0, 0.5),
+      logit_transform=ref.scale_invariant_logit(tau), **opts))
+  _check(got, expected)
+  with pytest.raises(ValueError, match="tau must be > 0"):
+    positions.training_method("scale_invariant", {"tau": -1.0})

@@ -15,7 +15,8 @@ Per-query factors multiply every score of query i (position p_i):
   SSMax            s_h log(p_i + 1)                      (learnable s per head)
   YaRN             attention_factor ** 2
 Biases are added after those factors: ALiBi -m_h (p_i - p_j), or a learned bias (KERPLE, FIRE);
-FoX's forget gates (log_forget = log f_t per head) add sum_{l=j+1..i} log f_l = c_i - c_j, with
+Scale-invariant attention turns a score S at distance t into a_t S + m_t before the biases
+(scores.scale_invariant). FoX's forget gates (log_forget = log f_t per head) add sum_{l=j+1..i} log f_l = c_i - c_j, with
 c_t = sum_{l<=t} log f_l computed here once (both sides carry c as `decay`).
 Masks: causal; `window` keeps 0 <= p_i - p_j < w; `sink_tokens` k also keeps keys p_j < k.
 
@@ -69,6 +70,7 @@ class Mods(NamedTuple):
   far_from: Optional[int] = None             # distance from which the far rotation scores
   explicit_positions: bool = False           # positions were given (not 0..T-1 by index)
   forget_gate: bool = False                  # FoX: c_i - c_j of the sides' decay added
+  scale_invariant_tau: Optional[float] = None  # a_t score + m_t at distance t (scores.py)
 
 
 class Prepared(NamedTuple):
@@ -92,7 +94,7 @@ def cosa_default_scale(train_length: int) -> float:
 
 def check_options(variant, cosa_scale=None, rerope_window=None, leaky_rerope_factor=None,
                   logn_base=None, window=None, sink_tokens=None, inv_freq=None, xpos_gamma=None,
-                  self_extend_group=None):
+                  self_extend_group=None, scale_invariant_tau=None):
   """Raises ValueError naming the first option that is out of range or lacks its partner."""
   if variant not in VARIANTS:
     raise ValueError(f"Unknown attention variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
@@ -114,6 +116,9 @@ def check_options(variant, cosa_scale=None, rerope_window=None, leaky_rerope_fac
     raise ValueError("sink_tokens and rerope_window cannot be combined (both re-place far keys).")
   if xpos_gamma is not None and inv_freq is None:
     raise ValueError("xpos_gamma needs inv_freq (xPos is a RoPE).")
+  if scale_invariant_tau is not None and not scale_invariant_tau > 0:
+    raise ValueError(f"scale_invariant_tau (tau of log(1 + t / tau)) must be > 0, got "
+                     f"{scale_invariant_tau}.")
   if self_extend_group is not None:
     if rerope_window is None or leaky_rerope_factor is not None:
       raise ValueError("self_extend_group needs rerope_window (Self-Extend's neighbor window) and "
@@ -124,7 +129,8 @@ def check_options(variant, cosa_scale=None, rerope_window=None, leaky_rerope_fac
 
 
 def mods_of(*, inv_freq=None, positions=None, rerope_window=None, alibi_slope=None, window=None,
-            sink_tokens=None, score_bias=None, log_forget=None, **_) -> Mods:
+            sink_tokens=None, score_bias=None, log_forget=None, scale_invariant_tau=None,
+            **_) -> Mods:
   """The Mods of attend's options (no array work: kernels are chosen from it before preparing)."""
   far_from = None
   if inv_freq is not None and rerope_window is not None:
@@ -134,7 +140,8 @@ def mods_of(*, inv_freq=None, positions=None, rerope_window=None, alibi_slope=No
   slopes = None if alibi_slope is None else jnp.asarray(alibi_slope, jnp.float32)
   return Mods(alibi_slopes=slopes, score_bias=score_bias, window=window, sink_tokens=sink_tokens,
               far_from=far_from, explicit_positions=positions is not None,
-              forget_gate=log_forget is not None)
+              forget_gate=log_forget is not None,
+              scale_invariant_tau=None if scale_invariant_tau is None else float(scale_invariant_tau))
 
 
 def _score_scale(variant, size, cosa_scale):
@@ -174,7 +181,8 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
             attention_factor=1.0, rerope_window=None, leaky_rerope_factor=None, cosa_scale=None,
             posthoc_logn_length=None, alibi_slope=None, window=None, sink_tokens=None,
             xpos_gamma=None, xpos_scale_base=512.0, score_bias=None, ssmax_scale=None,
-            log_forget=None, self_extend_group=None, rope_table_op=False) -> Prepared:
+            log_forget=None, self_extend_group=None, scale_invariant_tau=None,
+            rope_table_op=False) -> Prepared:
   """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E] and the options (attend's) -> Prepared.
 
   rope_table_op: compute RoPE's cos and sin once as an op of their own (cpu.boundary.own_op; the
@@ -182,13 +190,14 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
     that rotates). The numbers are the same either way.
   """
   check_options(variant, cosa_scale, rerope_window, leaky_rerope_factor, logn_base, window,
-                sink_tokens, inv_freq, xpos_gamma, self_extend_group)
+                sink_tokens, inv_freq, xpos_gamma, self_extend_group, scale_invariant_tau)
   batch, length, heads, size = q.shape
   if heads % k.shape[2]:
     raise ValueError(f"{heads} query heads cannot share {k.shape[2]} key/value heads evenly.")
   mods = mods_of(inv_freq=inv_freq, positions=positions, rerope_window=rerope_window,
                  alibi_slope=alibi_slope, window=window, sink_tokens=sink_tokens,
-                 score_bias=score_bias, log_forget=log_forget)
+                 score_bias=score_bias, log_forget=log_forget,
+                 scale_invariant_tau=scale_invariant_tau)
   decay_BxTxH = None
   if log_forget is not None:
     if log_forget.shape != (batch, length, heads):

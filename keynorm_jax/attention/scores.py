@@ -1,7 +1,7 @@
 """The scores of a block of queries against a block of keys: the one home of the biases and masks.
 
 score_ij = multiplier_i x (q_i . k_j), with the far rotation's product where p_i - p_j >= far_from
-(ReRoPE, sinks), minus ALiBi's m_h x distance, plus a learned bias of the distance, plus FoX's
+(ReRoPE, sinks), scale-invariant's a_t x that + m_t at distance t, minus ALiBi's m_h x distance, plus a learned bias of the distance, plus FoX's
 c_i - c_j (the sides' decay); masked
 (MASKED) where j > i (by index), outside the window, unless a sink. The distance is p_i - p_j, or for
 a sink key outside the window its distance in the StreamingLLM cache, (k + w - 1) - p_j. Every
@@ -57,9 +57,8 @@ def head_by_head(prepared: Prepared) -> Prepared:
   return prepared._replace(keys=keys, values=repeat(prepared.values))
 
 
-def bias_and_keep(mods: Mods, queries: Side, keys: Side, heads: int):
-  """(additive bias [B, H, Q, K] float32 or None, keep [B, 1, Q, K] bool) of a block: what is added
-  to multiplier x q . k, and which pairs are kept."""
+def _distances(mods: Mods, queries: Side, keys: Side):
+  """(relative p_i - p_j, distance: relative, or a sink's StreamingLLM cache distance) [B, Q, K]."""
   relative_BxQxK = (queries.positions[:, :, None]
                     - keys.positions[:, None, :]).astype(jnp.float32)
   distance_BxQxK = relative_BxQxK
@@ -67,6 +66,20 @@ def bias_and_keep(mods: Mods, queries: Side, keys: Side, heads: int):
     cache_distance = ((mods.sink_tokens + mods.window - 1)
                       - keys.positions[:, None, :].astype(jnp.float32))
     distance_BxQxK = jnp.where(relative_BxQxK < mods.window, relative_BxQxK, cache_distance)
+  return relative_BxQxK, distance_BxQxK
+
+
+def scale_invariant(scores_BxHxQxK, distance_BxQxK, tau: float):
+  """Scale-invariant attention (Anson, Wang & Aitchison 2025, eq. 14 and 16 with a_0 = 1, m_0 = 0):
+  a_t S + m_t with a_t = sqrt(1 + 2 log(1 + t / tau)), m_t = -2 log(1 + t / tau), t the distance."""
+  log_term = jnp.log1p(jnp.maximum(distance_BxQxK, 0.0) / tau)[:, None]
+  return scores_BxHxQxK * jnp.sqrt(1.0 + 2.0 * log_term) - 2.0 * log_term
+
+
+def bias_and_keep(mods: Mods, queries: Side, keys: Side, heads: int):
+  """(additive bias [B, H, Q, K] float32 or None, keep [B, 1, Q, K] bool) of a block: what is added
+  to multiplier x q . k, and which pairs are kept."""
+  relative_BxQxK, distance_BxQxK = _distances(mods, queries, keys)
   bias = None
   if mods.alibi_slopes is not None:
     slopes_H = jnp.broadcast_to(mods.alibi_slopes, (heads,))
@@ -103,6 +116,9 @@ def block_scores(mods: Mods, queries: Side, keys: Side, product=None):
     scores_BxHxQxK = jnp.where((relative_BxQxK < mods.far_from)[:, None], scores_BxHxQxK,
                                far_BxHxQxK)
   scores_BxHxQxK = scores_BxHxQxK * jnp.moveaxis(queries.multiplier, 2, 1)[..., None]
+  if mods.scale_invariant_tau is not None:
+    scores_BxHxQxK = scale_invariant(scores_BxHxQxK, _distances(mods, queries, keys)[1],
+                                     mods.scale_invariant_tau)
   bias, keep_Bx1xQxK = bias_and_keep(mods, queries, keys, queries.near.shape[2])
   if bias is not None:
     scores_BxHxQxK = scores_BxHxQxK + bias

@@ -214,6 +214,29 @@ class HWFA(Rope):
 
 @register
 @dataclasses.dataclass(frozen=True)
+class ScaleInvariant(PRope):
+  """Scale-invariant p-RoPE: p-RoPE, and each score S at distance t = i - j turned into a_t S + m_t
+  with a_t = sqrt(1 + 2 log(1 + t / tau)), m_t = -2 log(1 + t / tau) (the paper's eq. 14 and 16
+  with a_0 = 1, m_0 = 0). The paper's p-RoPE had "an effective base of 1024"; here p-RoPE keeps
+  the model's rope_theta and rotates the fraction p of the pairs."""
+  name = "scale_invariant"
+  summary = "p-RoPE with each score at distance t turned into a_t score + m_t"
+  paper = "Anson, Wang & Aitchison 2025, Scale-invariant Attention (arXiv 2505.17083)"
+  fraction: float = knob(0.5, "share p of the pairs that rotate (the highest frequencies)")
+  tau: float = knob(10.0, "scale_invariant tau in log(1 + t / tau) (the paper's best, 10)")
+
+  def __post_init__(self):
+    if not self.tau > 0:
+      raise ValueError(f"scale_invariant tau must be > 0, got {self.tau}.")
+    if not 0.0 <= self.fraction <= 1.0:
+      raise ValueError(f"p-RoPE fraction must be in [0, 1], got {self.fraction}.")
+
+  def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
+    return AttentionSpec(rotary=self.rotary_spec(rope_theta), scale_invariant_tau=self.tau)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
 class Fox(TrainingMethod):
   name = "fox"
   summary = "learned forget gates: sum of log f_l over l = j+1..i added to the scores, no rotation"

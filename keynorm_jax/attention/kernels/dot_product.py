@@ -65,6 +65,8 @@ def expressible(mods, shape):
     return "ReRoPE with a window is not composed"
   if mods.forget_gate:
     return "FoX's forget-gate bias depends on the data (the blocked kernel takes it)"
+  if mods.scale_invariant_tau is not None:
+    return "scale-invariant attention multiplies each score by a factor of its distance"
   if rerope and (mods.alibi_slopes is not None or mods.score_bias is not None):
     return "ReRoPE with a score bias (ALiBi, KERPLE, FIRE) is not composed"
   if shape.value_size % shape.size:
