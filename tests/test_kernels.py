@@ -34,7 +34,7 @@ BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
 ALL_CASES = sorted(CASES) + ["values_wider"]
 GRADIENT_CASES = ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block", "window_alibi",
                   "xpos", "random_positions_per_row", "ssmax", "cosa_rope_logn", "fire_sinks",
-                  "fire", "values_wider", "fox", "fox_window_kna", "scale_invariant_sinks"]
+                  "fire", "values_wider", "fox_window_kna", "scale_invariant_sinks"]
 # Computed forward only (two calls merged by log-sum-exps): differentiating them raises.
 FORWARD_ONLY = {"xla": {"rerope", "leaky_rerope", "sinks_over_a_block", "fire_sinks",
                         "self_extend"}}
