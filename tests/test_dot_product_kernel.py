@@ -95,12 +95,12 @@ SETTINGS = {
     "randomized_rope": ["none", "yarn"],
     "hwfa": ["none", "window"],
     "alibi": ["none", "alibi_interpolate", "ntk_alibi", "window", "posthoc_logn"],
-    "nope": ["none", "window", "streaming", "posthoc_logn"],
+    "nope": ["none", "window", "streaming", "posthoc_logn", "drope_temperature"],
     "kerple_log": ["none", "window", "streaming"],
     "fire": ["none", "window"],
 }
 # The inference methods the kernels merge from two calls (forward only).
-SETTINGS["rope"] += ["leaky_rerope", "rerope", "streaming", "self_extend"]
+SETTINGS["rope"] += ["leaky_rerope", "rerope", "streaming", "self_extend", "yarn_temperature"]
 
 
 def _column(name):

@@ -327,3 +327,24 @@ def test_scale_invariant(opts, block):
   _check(got, expected)
   with pytest.raises(ValueError, match="tau must be > 0"):
     positions.training_method("scale_invariant", {"tau": -1.0})
+
+
+@pytest.mark.parametrize("name, knobs, beta", [
+    ("yarn_temperature", {}, (0.1 * math.log(4.0) + 1.0)**2),
+    ("drope_temperature", {}, 1.0 + 0.412 * math.log(4.0)),
+    ("drope_temperature", {"drope_c": 0.103, "factor": 2.0}, 1.0 + 0.103 * math.log(2.0)),
+])
+def test_temperature_rules(name, knobs, beta):
+  """The temperature rules at 4x the training length: every score times beta (NumPy: kappa_i =
+  beta), on top of a trained log n's factor."""
+  column = positions.EvalColumn(positions.inference_method(name, **knobs)).at(4 * T, T)
+  spec = column.apply(positions.AttentionSpec(rotary=positions.RotarySpec(base=100.0)))
+  kwargs = positions.attention_kwargs(spec, rotary_dim=S, train_length=T, seq_length=T,
+                                      logn_base=6.0)
+  q, k, v = _inputs(8)
+  got, _ = attend(q, k, v, variant="kna", **kwargs)
+  kappa = [beta * math.log(i + 1) / math.log(6.0) for i in range(T)]
+  _check(got, _per_head_reference(q, k, v, lambda h: dict(variant="kna", inv_freq=INV,
+                                                           kappa=kappa)))
+  with pytest.raises(ValueError, match="drope_c must be >= 0"):
+    positions.inference_method("drope_temperature", drope_c=-1.0)

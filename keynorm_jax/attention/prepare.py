@@ -14,6 +14,7 @@ Per-query factors multiply every score of query i (position p_i):
                    whose normalization of q would cancel a factor on q)
   SSMax            s_h log(p_i + 1)                      (learnable s per head)
   YaRN             attention_factor ** 2
+  temperature      logit_scale (an inference-time temperature rule: YaRN's, DroPE's)
 Biases are added after those factors: ALiBi -m_h (p_i - p_j), or a learned bias (KERPLE, FIRE);
 Scale-invariant attention turns a score S at distance t into a_t S + m_t before the biases
 (scores.scale_invariant). FoX's forget gates (log_forget = log f_t per head) add sum_{l=j+1..i} log f_l = c_i - c_j, with
@@ -181,7 +182,7 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
             attention_factor=1.0, rerope_window=None, leaky_rerope_factor=None, cosa_scale=None,
             posthoc_logn_length=None, alibi_slope=None, window=None, sink_tokens=None,
             xpos_gamma=None, xpos_scale_base=512.0, score_bias=None, ssmax_scale=None,
-            log_forget=None, self_extend_group=None, scale_invariant_tau=None,
+            log_forget=None, self_extend_group=None, scale_invariant_tau=None, logit_scale=1.0,
             rope_table_op=False) -> Prepared:
   """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E] and the options (attend's) -> Prepared.
 
@@ -212,7 +213,7 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
     q = l2_normalize(q)
   if variant in ("kna", "cosa"):
     k = l2_normalize(k)
-  scale = _score_scale(variant, size, cosa_scale) * attention_factor**2
+  scale = _score_scale(variant, size, cosa_scale) * attention_factor**2 * logit_scale
   multiplier_BxTxH = jnp.broadcast_to(
       scale * _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale),
       (batch, length, heads))

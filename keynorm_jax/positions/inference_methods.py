@@ -242,6 +242,50 @@ class SelfExtend(InferenceMethod):
                         self_extend_group=self.self_extend_group)
 
 
+@dataclasses.dataclass(frozen=True)
+class Temperature(InferenceMethod):
+  """Every score times a factor of s = length / train_length (`scale(s)`); weights unchanged."""
+  factor: float | None = knob(None, "scaling factor s; default length / train_length")
+
+  def __post_init__(self):
+    _check_factor(self.factor)
+
+  def at(self, length, train_length):
+    return dataclasses.replace(self, factor=self.factor or max(1.0, length / train_length))
+
+  def apply(self, spec):
+    return spec.replace(logit_scale=spec.logit_scale * self.scale(self.factor))
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class YarnTemperature(Temperature):
+  name = "yarn_temperature"
+  summary = "YaRN's temperature alone: scores times (0.1 ln s + 1)^2, frequencies unchanged"
+  paper = "Peng et al. 2023, YaRN (arXiv 2309.00071): sqrt(1/t) = 0.1 ln s + 1"
+
+  def scale(self, s):
+    return (0.1 * math.log(s) + 1.0)**2 if s > 1.0 else 1.0
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class DropeTemperature(Temperature):
+  name = "drope_temperature"
+  summary = "DroPE's logit scale: scores times beta = 1 + c ln s"
+  paper = "Gelberg et al. 2025, DroPE (arXiv 2512.12167), appendix C.2"
+  drope_c: float = knob(0.412, "DroPE's c in beta = 1 + c ln s (0.412: the paper's fit for its "
+                        "from-scratch model; 0.103 for SmolLM)")
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not self.drope_c >= 0:
+      raise ValueError(f"drope_c must be >= 0, got {self.drope_c}.")
+
+  def scale(self, s):
+    return 1.0 + self.drope_c * math.log(s)
+
+
 @register
 @dataclasses.dataclass(frozen=True)
 class Window(InferenceMethod):

@@ -56,6 +56,7 @@ class AttentionSpec:
     forget_gate: FoX: the layer owns per-head forget gates f_t = sigmoid(w . x_t + b) on its input
       x_t, adding sum_{l=j+1..i} log f_l to the scores.
     scale_invariant_tau: scale-invariant attention's tau: a score S at distance t becomes a_t S + m_t.
+    logit_scale: every score times this (an inference-time temperature rule).
     logn: trained log n on (True), off (False) or as the model is configured (None).
     posthoc_logn: inference-only max(1, log(i + 1) / log(L_train)) on the scores.
   """
@@ -69,6 +70,7 @@ class AttentionSpec:
   learned_bias: str | None = None
   forget_gate: bool = False
   scale_invariant_tau: float | None = None
+  logit_scale: float = 1.0
   logn: bool | None = None
   posthoc_logn: bool = False
 
@@ -119,6 +121,7 @@ def attention_kwargs(spec: AttentionSpec, *, rotary_dim: int, train_length: int,
   kwargs.update(
       rerope_window=spec.rerope_window, leaky_rerope_factor=spec.leaky_rerope_factor,
       self_extend_group=spec.self_extend_group, scale_invariant_tau=spec.scale_invariant_tau,
+      logit_scale=spec.logit_scale,
       window=spec.window, sink_tokens=spec.sink_tokens,
       alibi_slope=None if spec.alibi_slopes is None else np.asarray(spec.alibi_slopes,
                                                                     np.float32),
