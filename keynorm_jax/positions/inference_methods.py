@@ -59,8 +59,8 @@ class AsTrained(InferenceMethod):
 
 
 @dataclasses.dataclass(frozen=True)
-class RopeScaling(InferenceMethod):
-  """A change of RoPE frequencies (rope.rope_inv_freq's scaling of the same name)."""
+class Scaled(InferenceMethod):
+  """Base of the methods with a scaling factor s (default length / train_length)."""
   factor: float | None = knob(None, "scaling factor s; default length / train_length")
 
   def __post_init__(self):
@@ -72,6 +72,11 @@ class RopeScaling(InferenceMethod):
   def at(self, length, train_length):
     return dataclasses.replace(self, factor=self.factor or self.default_factor(length,
                                                                                train_length))
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling(Scaled):
+  """A change of RoPE frequencies (rope.rope_inv_freq's scaling of the same name)."""
 
   def skip_reason(self, method, num_heads, trained_scaling="none"):
     if not method.rotary:
@@ -243,15 +248,8 @@ class SelfExtend(InferenceMethod):
 
 
 @dataclasses.dataclass(frozen=True)
-class Temperature(InferenceMethod):
+class Temperature(Scaled):
   """Every score times a factor of s = length / train_length (`scale(s)`); weights unchanged."""
-  factor: float | None = knob(None, "scaling factor s; default length / train_length")
-
-  def __post_init__(self):
-    _check_factor(self.factor)
-
-  def at(self, length, train_length):
-    return dataclasses.replace(self, factor=self.factor or max(1.0, length / train_length))
 
   def apply(self, spec):
     return spec.replace(logit_scale=spec.logit_scale * self.scale(self.factor))
@@ -329,15 +327,7 @@ class Streaming(InferenceMethod):
 
 
 @dataclasses.dataclass(frozen=True)
-class AlibiScaling(InferenceMethod):
-  factor: float | None = knob(None, "scaling factor s; default length / train_length")
-
-  def __post_init__(self):
-    _check_factor(self.factor)
-
-  def at(self, length, train_length):
-    return dataclasses.replace(self, factor=self.factor or max(1.0, length / train_length))
-
+class AlibiScaling(Scaled):
   def skip_reason(self, method, num_heads, trained_scaling="none"):
     return None if isinstance(method, ALiBi) else f"{method.name} has no ALiBi slopes"
 
