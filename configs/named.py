@@ -1,7 +1,7 @@
 """Every named config, by rule: `[transformer_]<attention>[_logn]_<position>`.
 
   attention  baseline, qna, kna, cosa; qknorm (baseline with RMSNorm-gain QK-norm), qkln (with
-             LayerNorm QK-norm), ssmax (baseline with SSMax)
+             LayerNorm QK-norm), ssmax (baseline with SSMax), stickbreaking (no softmax)
   _logn      the trained log n factor (baseline, qna, kna, cosa only)
   position   a training-time position method: rope, nope, alibi, sinusoidal, learned, xpos,
              kerple_log, fire, randomized_rope, p_rope, hwfa
@@ -20,6 +20,7 @@ ATTENTIONS = {
     "qknorm": dict(attention="baseline", qk_norm="rmsnorm"),
     "qkln": dict(attention="baseline", qk_norm="layernorm"),
     "ssmax": dict(attention="baseline", ssmax=True),
+    "stickbreaking": dict(attention="stickbreaking"),
 }
 WITH_LOGN = ("baseline", "qna", "kna", "cosa")
 ARCHITECTURES = {"": "gau", "transformer_": "transformer"}

@@ -72,6 +72,8 @@ CASES = {
                             scale_invariant_tau=3.0),
     "scale_invariant_sinks": dict(variant="kna", inv_freq=INV, window=7, sink_tokens=2,
                                   scale_invariant_tau=10.0),
+    "stickbreaking": dict(variant="stickbreaking"),
+    "stickbreaking_window_rope": dict(variant="stickbreaking", inv_freq=INV, window=9),
     "fox": dict(variant="baseline", log_forget=log_forget(4)),
     "fox_window_kna": dict(variant="kna", window=9, log_forget=log_forget(5)),
     "shifted_positions": dict(variant="kna", inv_freq=INV, window=10,

@@ -115,6 +115,34 @@ def scale_invariant_logit(tau):
   return transform
 
 
+def stick_breaking_attention(q, k, v, inv_freq=None, window=None):
+  """Stick-breaking attention (Tan et al. 2025), one head, explicit products: z_ij = q_i . k_j /
+  sqrt(S) (RoPE'd at relative position i - j when inv_freq is given), and for the kept keys j < i
+  (0 < i - j, and < window when set) A_ij = sigmoid(z_ij) prod over kept k, j < k < i, of
+  (1 - sigmoid(z_ik)); o_i = sum_j A_ij v_j (the current token is not attended)."""
+  T, S = q.shape
+  q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+  sigmoid = lambda x: 1.0 / (1.0 + math.exp(-x))
+  out = np.zeros((T, v.shape[1]))
+  for i in range(T):
+    kept = [j for j in range(i) if window is None or i - j < window]
+    z = {}
+    for j in kept:
+      if inv_freq is None:
+        dot = q[i] @ k[j]
+      else:
+        dot = np.real(np.sum(as_complex(q[i]) * np.conj(as_complex(k[j]))
+                             * np.exp(1j * (i - j) * inv_freq)))
+      z[j] = dot / math.sqrt(S)
+    for j in kept:
+      weight = sigmoid(z[j])
+      for m in kept:
+        if j < m:
+          weight *= 1.0 - sigmoid(z[m])
+      out[i] += weight * v[j]
+  return out
+
+
 def log_sigmoid(x):
   return -np.log1p(np.exp(-x))
 

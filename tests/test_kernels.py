@@ -21,12 +21,13 @@ from attention_cases import CASES, E, H, S, T, inputs
 REFUSED = {
     "reference": set(),
     "cpu": set(),
-    "blocked": set(),
+    "blocked": {"stickbreaking", "stickbreaking_window_rope"},   # whole rows of keys
     # A window or ReRoPE over explicit positions (the calls count indices).
     # ReRoPE with a score bias (not composed).
-    # FoX's data-dependent bias; scale-invariant's factor on each score.
+    # FoX's data-dependent bias; scale-invariant's factor on each score; stick-breaking.
     "xla": {"shifted_positions", "random_positions_per_row", "random_positions_rerope",
-            "rerope_alibi", "fox", "fox_window_kna", "scale_invariant", "scale_invariant_sinks"},
+            "rerope_alibi", "fox", "fox_window_kna", "scale_invariant", "scale_invariant_sinks",
+            "stickbreaking", "stickbreaking_window_rope"},
     "cudnn": set(CASES) | {"values_wider"},   # refused on a CPU: "cuDNN runs on a GPU only"
 }
 BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
@@ -34,7 +35,8 @@ BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
 ALL_CASES = sorted(CASES) + ["values_wider"]
 GRADIENT_CASES = ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block", "window_alibi",
                   "xpos", "random_positions_per_row", "ssmax", "cosa_rope_logn", "fire_sinks",
-                  "fire", "values_wider", "fox_window_kna", "scale_invariant_sinks"]
+                  "fire", "values_wider", "fox_window_kna", "scale_invariant_sinks",
+                  "stickbreaking_window_rope"]
 # Computed forward only (two calls merged by log-sum-exps): differentiating them raises.
 FORWARD_ONLY = {"xla": {"rerope", "leaky_rerope", "sinks_over_a_block", "fire_sinks",
                         "self_extend"}}

@@ -18,6 +18,8 @@ pytestmark = pytest.mark.slow
 # One attention variant per method, alternating, so both Baseline and KNA meet every kind.
 CASES = [("kna" if i % 2 else "baseline") + "_" + name
          for i, name in enumerate(positions.TRAINING_METHODS.names())]
+# Stick-breaking attention (no softmax), as its paper trains it: without positions.
+CASES += ["transformer_stickbreaking_nope"]
 
 
 @pytest.mark.parametrize("name", CASES)

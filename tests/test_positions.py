@@ -348,3 +348,35 @@ def test_temperature_rules(name, knobs, beta):
                                                            kappa=kappa)))
   with pytest.raises(ValueError, match="drope_c must be >= 0"):
     positions.inference_method("drope_temperature", drope_c=-1.0)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("opts", [dict(), dict(window=4, rope=True)])
+def test_stick_breaking(opts, block):
+  """Stick-breaking attention against explicit products (the first query attends nothing)."""
+  rope = opts.get("rope", False)
+  q, k, v = _inputs(9)
+  inv = INV.astype(np.float32) if rope else None
+  got, _ = attend(q, k, v, variant="stickbreaking", inv_freq=inv, window=opts.get("window"),
+                  query_block=block)
+  expected = np.zeros(q.shape[:3] + (E,))
+  for b in range(B):
+    for h in range(H):
+      expected[b, :, h] = ref.stick_breaking_attention(q[b, :, h], k[b, :, h], v[b, :, h],
+                                                       INV if rope else None, opts.get("window"))
+  _check(got, expected)
+
+
+def test_stick_breaking_is_stable_at_16k_tokens():
+  """The last queries of a 16,384-token sequence, scores of a wide spread: every weight finite and
+  each row summing to at most 1."""
+  from keynorm_jax.attention.scores import stick_breaking_with_entropy  # pylint: disable=g-import-not-at-top
+  length = 16384
+  scores = np.random.default_rng(0).normal(0.0, 8.0, size=(1, 2, 4, length)).astype(np.float32)
+  query_index = np.arange(length - 4, length)
+  keep = (query_index[:, None] > np.arange(length)[None, :])[None, None]
+  weights, entropy = stick_breaking_with_entropy(jnp.asarray(scores), jnp.asarray(keep))
+  weights = np.asarray(weights, np.float64)
+  assert np.isfinite(weights).all() and np.isfinite(np.asarray(entropy)).all()
+  assert (weights >= 0).all() and (weights.sum(-1) <= 1 + 1e-5).all()
+  assert weights.sum(-1).min() > 0.5   # the mass sits on the keys, not lost to underflow

@@ -6,6 +6,9 @@ Scores a_ij before the causal mask (q, k after RoPE; S = head size), one head at
   qna       (q_i / ||q_i||) . k_j
   kna       q_i . (k_j / ||k_j||)
   cosa      lambda * cos(q_i, k_j)
+  stickbreaking  q_i . k_j / sqrt(S), weighted by stick-breaking instead of the softmax (Tan et al.
+            2025): A_ij = sigmoid(s_ij) prod_{j<k<i} (1 - sigmoid(s_ik)) over the kept keys j < i
+            (the current token is not attended, as the paper's code by default; scores.py)
 
 Per-query factors multiply every score of query i (position p_i):
   trained "log n"  log(p_i + 1) / log(n0)                (logn_base = n0)
@@ -44,7 +47,7 @@ import jax.numpy as jnp
 from keynorm_jax.cpu.boundary import own_op
 from keynorm_jax.rope import rope_table, rotate_by
 
-VARIANTS = ("baseline", "qna", "kna", "cosa")
+VARIANTS = ("baseline", "qna", "kna", "cosa", "stickbreaking")
 
 
 class Side(NamedTuple):
@@ -72,6 +75,7 @@ class Mods(NamedTuple):
   explicit_positions: bool = False           # positions were given (not 0..T-1 by index)
   forget_gate: bool = False                  # FoX: c_i - c_j of the sides' decay added
   scale_invariant_tau: Optional[float] = None  # a_t score + m_t at distance t (scores.py)
+  stick_breaking: bool = False               # stick-breaking weights instead of the softmax
 
 
 class Prepared(NamedTuple):
@@ -129,7 +133,7 @@ def check_options(variant, cosa_scale=None, rerope_window=None, leaky_rerope_fac
                        f"{self_extend_group}.")
 
 
-def mods_of(*, inv_freq=None, positions=None, rerope_window=None, alibi_slope=None, window=None,
+def mods_of(*, variant=None, inv_freq=None, positions=None, rerope_window=None, alibi_slope=None, window=None,
             sink_tokens=None, score_bias=None, log_forget=None, scale_invariant_tau=None,
             **_) -> Mods:
   """The Mods of attend's options (no array work: kernels are chosen from it before preparing)."""
@@ -142,11 +146,13 @@ def mods_of(*, inv_freq=None, positions=None, rerope_window=None, alibi_slope=No
   return Mods(alibi_slopes=slopes, score_bias=score_bias, window=window, sink_tokens=sink_tokens,
               far_from=far_from, explicit_positions=positions is not None,
               forget_gate=log_forget is not None,
-              scale_invariant_tau=None if scale_invariant_tau is None else float(scale_invariant_tau))
+              scale_invariant_tau=None if scale_invariant_tau is None else float(scale_invariant_tau),
+              stick_breaking=variant == "stickbreaking")
 
 
 def _score_scale(variant, size, cosa_scale):
-  return {"baseline": 1.0 / math.sqrt(size), "qna": 1.0, "kna": 1.0, "cosa": cosa_scale}[variant]
+  return {"baseline": 1.0 / math.sqrt(size), "qna": 1.0, "kna": 1.0, "cosa": cosa_scale,
+          "stickbreaking": 1.0 / math.sqrt(size)}[variant]
 
 
 def _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale):
@@ -195,7 +201,7 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
   batch, length, heads, size = q.shape
   if heads % k.shape[2]:
     raise ValueError(f"{heads} query heads cannot share {k.shape[2]} key/value heads evenly.")
-  mods = mods_of(inv_freq=inv_freq, positions=positions, rerope_window=rerope_window,
+  mods = mods_of(variant=variant, inv_freq=inv_freq, positions=positions, rerope_window=rerope_window,
                  alibi_slope=alibi_slope, window=window, sink_tokens=sink_tokens,
                  score_bias=score_bias, log_forget=log_forget,
                  scale_invariant_tau=scale_invariant_tau)

@@ -91,7 +91,10 @@ def bias_and_keep(mods: Mods, queries: Side, keys: Side, heads: int):
     forget_BxHxQxK = (jnp.moveaxis(queries.decay, 2, 1)[..., :, None]
                       - jnp.moveaxis(keys.decay, 2, 1)[..., None, :])
     bias = forget_BxHxQxK if bias is None else bias + forget_BxHxQxK
-  keep_QxK = queries.index[:, None] >= keys.index[None, :]
+  if mods.stick_breaking:   # the current token is not attended
+    keep_QxK = queries.index[:, None] > keys.index[None, :]
+  else:
+    keep_QxK = queries.index[:, None] >= keys.index[None, :]
   keep_BxQxK = jnp.broadcast_to(keep_QxK, relative_BxQxK.shape)
   if mods.window is not None:
     near = relative_BxQxK < mods.window
@@ -123,6 +126,30 @@ def block_scores(mods: Mods, queries: Side, keys: Side, product=None):
   if bias is not None:
     scores_BxHxQxK = scores_BxHxQxK + bias
   return jnp.where(keep_Bx1xQxK, scores_BxHxQxK, MASKED), keep_Bx1xQxK
+
+
+def stick_breaking_with_entropy(scores_BxHxQxK, keep_Bx1xQxK):
+  """(weights [B, H, Q, K], entropy [B, Q, H]) of stick-breaking attention (Tan et al. 2025):
+  A_ij = sigmoid(s_ij) prod over the kept k with j < k of (1 - sigmoid(s_ik)), in log space
+  (log sigmoid, a reverse cumulative sum over the keys), so every A is finite and each row sums to
+  at most 1. The entropy is -sum A log A over the kept keys (the rows are not normalized).
+  Every key of a query's row must be in the block (the kernels that use it score whole rows)."""
+  kept_log_stay = jnp.where(keep_Bx1xQxK, jax.nn.log_sigmoid(-scores_BxHxQxK), 0.0)
+  # sum over k > j of log(1 - sigmoid(s_ik)): the suffix sum, without the key itself.
+  later = jnp.flip(jnp.cumsum(jnp.flip(kept_log_stay, -1), axis=-1), -1) - kept_log_stay
+  log_weights = jax.nn.log_sigmoid(scores_BxHxQxK) + later
+  weights = jnp.where(keep_Bx1xQxK, jnp.exp(log_weights), 0.0)
+  entropy_BxQxH = jnp.moveaxis(-jnp.sum(jnp.where(keep_Bx1xQxK, weights * log_weights, 0.0),
+                                        axis=-1), 1, 2)
+  return weights, entropy_BxQxH
+
+
+def normalized_with_entropy(mods: Mods, scores_BxHxQxK, keep_Bx1xQxK):
+  """The attention weights of whole rows of scores and their entropy: the softmax, or
+  stick-breaking for that variant."""
+  if mods.stick_breaking:
+    return stick_breaking_with_entropy(scores_BxHxQxK, keep_Bx1xQxK)
+  return softmax_with_entropy(scores_BxHxQxK, keep_Bx1xQxK)
 
 
 def softmax_with_entropy(scores_BxHxQxK, keep_Bx1xQxK):

@@ -107,11 +107,11 @@ RETRIEVAL_SEEDED = ("baseline_rope", "kna_rope", "cosa_logn_rope", "baseline_ali
 
 def retrieval_runs() -> list[StudyRun]:
   """Baseline and KNA with every training-time position method on both architectures, CosA-log n,
-  QK-norm; the central four first; then seeds 1 and 2 of RETRIEVAL_SEEDED on both."""
+  QK-norm, stick-breaking; the central four first; then seeds 1 and 2 of RETRIEVAL_SEEDED on both."""
   names = [f"{prefix}{a}_{p}" for prefix in ("", "transformer_")
            for p in positions.TRAINING_METHODS.names() for a in ("baseline", "kna")]
-  names += [f"{prefix}{c}" for prefix in ("", "transformer_") for c in ("cosa_logn_rope",
-                                                                        "qkln_rope")]
+  names += [f"{prefix}{c}" for prefix in ("", "transformer_")
+            for c in ("cosa_logn_rope", "qkln_rope", "stickbreaking_nope")]
   names = list(RETRIEVAL_FIRST) + [n for n in names if n not in RETRIEVAL_FIRST]
   seeds = [f"{prefix}{c}" for c in RETRIEVAL_SEEDED for prefix in ("", "transformer_")]
   recipe = dict(copy_fraction=RETRIEVAL_COPY_FRACTION, retrieval_fraction=RETRIEVAL_FRACTION)
@@ -127,10 +127,10 @@ def retrieval_options(position: str) -> tuple[str, ...]:
 
 def field_runs() -> list[StudyRun]:
   gau = [f"{a}_{p}" for p in positions.TRAINING_METHODS.names() for a in ("baseline", "kna")]
-  gau += ["qkln_rope", "ssmax_rope"]
+  gau += ["qkln_rope", "ssmax_rope", "stickbreaking_nope"]
   transformer = [f"transformer_{a}" for a in (
       "baseline_alibi", "kna_alibi", "baseline_nope", "kna_nope") + GAU_BEST
-      + ("baseline_fox", "kna_fox")]
+      + ("baseline_fox", "kna_fox", "stickbreaking_nope")]
   seeds = [StudyRun(f"{prefix}{name}", seed) for seed in (1, 2)
            for prefix in ("", "transformer_") for name in SEEDED]
   gau_seeds = [StudyRun(name, seed) for name in SEEDED_GAU_ONLY for seed in (1, 2)]

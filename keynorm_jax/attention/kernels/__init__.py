@@ -33,11 +33,11 @@ def refusal(kernel: Kernel, mods, shape: Shape, need_entropy: bool = False):
 
 
 def auto_order(shape: Shape) -> tuple:
-  """The kernels `auto` tries, in order (the last, `blocked` or `reference`, takes anything)."""
+  """The kernels `auto` tries, in order (the last, `reference`, takes anything)."""
   backend = jax.default_backend()
   order = ("cudnn",) if backend == "gpu" else ()
-  if shape.length > FULL_SQUARE_MAX_LENGTH:
-    return order + ("blocked",)
+  if shape.length > FULL_SQUARE_MAX_LENGTH:   # the reference: what blocked refuses
+    return order + ("blocked", "reference")
   return order + (("cpu",) if backend == "cpu" else ()) + ("reference",)
 
 
@@ -51,7 +51,7 @@ def select(name: str, mods, shape: Shape, *, need_entropy: bool = False) -> Kern
       return KERNELS[name]
   chosen = next((KERNELS[candidate] for candidate in auto_order(shape)
                  if refusal(KERNELS[candidate], mods, shape, need_entropy) is None),
-                KERNELS["blocked"])
+                KERNELS["reference"])
   if name != "auto" and (name, reason, chosen.name) not in _warned:
     _warned.add((name, reason, chosen.name))
     logging.warning("Attention kernel %r cannot run this call: %s; using %r (auto's choice).",

@@ -292,5 +292,11 @@ def run(prepared, blocks=None):
                            window=p.mods.window, sink_tokens=p.mods.sink_tokens)
 
 
+def refusal(mods, shape):  # pylint: disable=unused-argument
+  if mods.stick_breaking:
+    return "stick-breaking weights need a query's whole row of keys (no online softmax)"
+  return None
+
+
 KERNEL = Kernel("blocked", "query and key blocks with an online softmax, skipping empty blocks "
-                "(bounded memory at any length)", run)
+                "(bounded memory at any length)", run, refusal=refusal)

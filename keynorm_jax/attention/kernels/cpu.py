@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from keynorm_jax.attention.kernels.base import Kernel, longer_than_full_square
-from keynorm_jax.attention.scores import block_scores, head_by_head, softmax_with_entropy
+from keynorm_jax.attention.scores import block_scores, head_by_head, normalized_with_entropy
 from keynorm_jax.cpu import products
 
 QUERY_BLOCKS = 4
@@ -37,7 +37,7 @@ def run(prepared, blocks=None):  # pylint: disable=unused-argument
     queries = jax.tree.map(lambda x, a=start, b=stop: _positions_slice(x, a, b), p.queries)
     keys = jax.tree.map(lambda x, b=stop: _positions_slice(x, 0, b), p.keys)
     scores, keep = block_scores(p.mods, queries, keys, products.query_key_scores)
-    probs_BxHxQxK, entropy_BxQxH = softmax_with_entropy(scores, keep)
+    probs_BxHxQxK, entropy_BxQxH = normalized_with_entropy(p.mods, scores, keep)
     pieces.append((products.probs_times_values(probs_BxHxQxK, p.values[:, :stop]),
                    entropy_BxQxH))
   if len(pieces) == 1:

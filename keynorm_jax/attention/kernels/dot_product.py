@@ -67,6 +67,8 @@ def expressible(mods, shape):
     return "FoX's forget-gate bias depends on the data (the blocked kernel takes it)"
   if mods.scale_invariant_tau is not None:
     return "scale-invariant attention multiplies each score by a factor of its distance"
+  if mods.stick_breaking:
+    return "stick-breaking weights are not a softmax"
   if rerope and (mods.alibi_slopes is not None or mods.score_bias is not None):
     return "ReRoPE with a score bias (ALiBi, KERPLE, FIRE) is not composed"
   if shape.value_size % shape.size:

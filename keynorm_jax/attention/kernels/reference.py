@@ -1,6 +1,6 @@
 """The definition of the attention, which every other kernel is tested against:
 
-  o_i = sum_j softmax_j(s_ij) v_j over the kept keys j,
+  o_i = sum_j softmax_j(s_ij) v_j over the kept keys j (stick-breaking's weights for that variant),
   s_ij = multiplier_i (q'_i . k'_j) + bias_ij,
 
 q', k' and multiplier_i as attention/prepare.py computes them (its docstring lists every variant's
@@ -13,12 +13,13 @@ import jax.numpy as jnp
 
 from keynorm_jax.attention.kernels.base import Kernel
 from keynorm_jax.attention.scores import (block_scores, grouped_probs_times_values,
-                                          softmax_with_entropy)
+                                          normalized_with_entropy)
 
 
 def run(prepared, blocks=None):  # pylint: disable=unused-argument
   p = prepared
-  probs_BxHxQxK, entropy_BxQxH = softmax_with_entropy(*block_scores(p.mods, p.queries, p.keys))
+  probs_BxHxQxK, entropy_BxQxH = normalized_with_entropy(
+      p.mods, *block_scores(p.mods, p.queries, p.keys))
   out = grouped_probs_times_values(probs_BxHxQxK, p.values.astype(jnp.float32))
   return out, entropy_BxQxH
 
