@@ -49,6 +49,12 @@ class TrainingMethod(Method):
     del attention, num_heads, logn
     return None
 
+  def earlier_phase(self, num_train_steps: int) -> tuple[int, str] | None:
+    """(steps, position method) that trains the first `steps` steps before this method takes over
+    (DroPE: RoPE until its positions are dropped), or None: this method from the first step."""
+    del num_train_steps
+    return None
+
 
 @register
 @dataclasses.dataclass(frozen=True)
@@ -233,6 +239,28 @@ class ScaleInvariant(PRope):
 
   def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
     return AttentionSpec(rotary=self.rotary_spec(rope_theta), scale_invariant_tau=self.tau)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class DroPE(TrainingMethod):
+  """DroPE: RoPE for the first steps, then the positions dropped (NoPE) for the last `drop_share`
+  of the steps, from the same parameters and optimizer state (training/phases.py); the model as
+  trained, evaluated, is NoPE. The paper's from-scratch recipe dropped RoPE for the last 2K of 16K
+  steps (1/8); its logit scale at inference is the `drope_temperature` method."""
+  name = "drope"
+  summary = "RoPE, then positions dropped (NoPE) for the last share of the training steps"
+  paper = "Gelberg et al. 2025, Extending the Context of Pretrained LLMs by Dropping Their Positional Embeddings (arXiv 2512.12167)"
+  drop_share: float = knob(0.125, "share of the training steps without RoPE at the end (the "
+                           "paper's from-scratch 2K of 16K)")
+
+  def __post_init__(self):
+    if not 0.0 <= self.drop_share < 1.0:
+      raise ValueError(f"drope drop_share must be in [0, 1) (the share of the steps without "
+                       f"RoPE at the end), got {self.drop_share}.")
+
+  def earlier_phase(self, num_train_steps):
+    return round((1.0 - self.drop_share) * num_train_steps), "rope"
 
 
 @register

@@ -36,6 +36,7 @@ from keynorm_jax.training.loss import token_scores
 from keynorm_jax.models import count_params, init_params
 from keynorm_jax.training.metrics_writer import MetricsWriter
 from keynorm_jax.training.optimizer import learning_rate_schedule, make_optimizer
+from keynorm_jax.training.phases import phase_of, training_phases
 
 # Keys that may change when a stopped run is continued (they do not change what is computed);
 # optimizer settings may change too when allowed explicitly (see config_changes.py).
@@ -259,9 +260,12 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
             f"{workdir / config_changes.HISTORY_FILE}): " +
             ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items()), flush=True)
 
-  scorer = make_scorer(model)
-  train_step = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(config.seed + 1)),
-                       out_shardings=(state_sharding, None), donate_argnums=0)
+  # One jitted step and scorer per phase (DroPE: RoPE, then NoPE), compiled when first used.
+  phases = training_phases(config)
+  train_steps = [jax.jit(make_train_step(phase.model, tx, jax.random.PRNGKey(config.seed + 1)),
+                         out_shardings=(state_sharding, None), donate_argnums=0)
+                 for phase in phases]
+  scorers = [make_scorer(phase.model) for phase in phases]
   metrics_writer = MetricsWriter(workdir, resume_step=start_step, enabled=is_main)
   progress = tqdm.tqdm(total=config.num_train_steps, initial=start_step, disable=not is_main,
                        desc=config.name, dynamic_ncols=True)
@@ -271,7 +275,10 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
   try:
     for step in range(start_step + 1, config.num_train_steps + 1):
       batch = sharding.global_batch(mesh, next(batches))
-      state, metrics = train_step(state, batch)  # dispatched; the host does not wait for it
+      phase = phase_of(phases, step)
+      if is_main and phase and step == phases[phase - 1].last_step + 1:
+        progress.write(f"{config.name}: from step {step}, position {phases[phase].position}")
+      state, metrics = train_steps[phase](state, batch)  # dispatched; the host does not wait
       saver.poll()
       progress.update(1)
       last = step == config.num_train_steps
@@ -284,7 +291,8 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
       metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
       now = time.perf_counter()
       if evaluate and _non_finite(metrics) is None:
-        correct, nll = score_windows(scorer, state["params"], validation, config.batch_size)
+        correct, nll = score_windows(scorers[phase], state["params"], validation,
+                                     config.batch_size)
         metrics.update(eval_loss=float(nll.mean()), eval_accuracy=float(correct.mean()))
       problem = _non_finite(metrics)
       if problem:

@@ -1,0 +1,43 @@
+"""DroPE (Gelberg et al. 2025): RoPE for the first steps, then positions dropped for the last share,
+from the same parameters and optimizer state; the switch follows the step number, so a run stopped
+after it resumes exactly."""
+
+import pytest
+
+from keynorm_jax import run_config
+from keynorm_jax.evaluation.run_loading import load_run
+from keynorm_jax.training import loop as training
+from train_helpers import losses, tiny_config
+
+
+def _config(name, data_dir):
+  config = tiny_config(name, data_dir=data_dir, num_train_steps=6, checkpoint_every_steps=2,
+                       eval_windows=2)
+  if name.endswith("drope"):
+    config.model.position_options.drop_share = 0.5   # steps 1-3 RoPE, 4-6 NoPE
+  return config
+
+
+def test_rope_then_nope_and_an_exact_resume(tmp_path, data_dir):
+  training.train_and_evaluate(_config("transformer_baseline_drope", data_dir), tmp_path / "drope")
+  training.train_and_evaluate(_config("transformer_baseline_rope", data_dir), tmp_path / "rope")
+  drope, rope = losses(tmp_path / "drope"), losses(tmp_path / "rope")
+  assert drope[:3] == rope[:3]          # the RoPE phase is the RoPE model, number for number
+  assert all(a != b for a, b in zip(drope[3:], rope[3:]))   # then the positions are gone
+  # The model as trained (evaluated) is NoPE: no layer rotates.
+  run = load_run(tmp_path / "drope")
+  model = run_config.model_config(run.config)
+  assert not model.position_method.rotary
+  # Stopped after step 5 (checkpoint 4, in the NoPE phase) and resumed: the same run.
+  training.train_and_evaluate(_config("transformer_baseline_drope", data_dir), tmp_path / "again",
+                              stop_after_steps=5)
+  training.train_and_evaluate(_config("transformer_baseline_drope", data_dir), tmp_path / "again")
+  assert losses(tmp_path / "again") == drope
+
+
+@pytest.mark.parametrize("share", [1.0, -0.5])
+def test_a_drop_share_outside_0_1_is_refused(tmp_path, data_dir, share):
+  config = _config("transformer_baseline_drope", data_dir)
+  config.model.position_options.drop_share = share
+  with pytest.raises(run_config.ConfigError, match=r"drop_share must be in \[0, 1\)"):
+    training.train_and_evaluate(config, tmp_path)
