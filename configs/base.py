@@ -48,6 +48,8 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.norm = "rmsnorm"              # Transformer: rmsnorm / layernorm (pre-norm, learnable gain)
   m.norm_eps = 1e-6               # Transformer: epsilon of those norms (Llama files: rms_norm_eps)
   m.qkv_bias = False              # Transformer: biases on q, k and v (Qwen2's)
+  m.output_gate = False           # Transformer: attention output times sigmoid(Norm(x) W_gate),
+                                  # per head and channel (Qiu et al. 2025's G1)
   m.tie_embeddings = False
   m.dropout = 0.0
   m.compute_dtype = "float32"     # or bfloat16 (softmax and loss stay float32)

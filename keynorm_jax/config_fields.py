@@ -142,6 +142,7 @@ FIELDS = {
     "model.norm": _text(),
     "model.norm_eps": Field(float, low=0.0, low_open=True, meaning="the Transformer norms' epsilon"),
     "model.qkv_bias": Field(bool),
+    "model.output_gate": Field(bool),
     "model.tie_embeddings": Field(bool),
     "model.dropout": Field(float, low=0.0, high=1.0, high_open=True,
                            meaning="the dropout rate"),

@@ -94,7 +94,10 @@ def transformer_block(x, p, *, heads, kv_heads, size, norm_kind="rmsnorm", mlp_k
     bias = ref.fox_bias(ref.log_sigmoid(h @ gate["w"] + gate["b"]))
     plain_kwargs = per_head_kwargs
     per_head_kwargs = lambda head: {**plain_kwargs(head), "bias": bias[head]}
-  x = x + multi_head_attention(q, k, v, per_head_kwargs) @ p["out"]
+  attended = multi_head_attention(q, k, v, per_head_kwargs)
+  if "output_gate" in p:   # Qiu et al. 2025 (G1): times sigmoid(h W_gate), elementwise
+    attended = attended * ref.sigmoid(h @ p["output_gate"])
+  x = x + attended @ p["out"]
   return x + mlp(mlp_kind, norm(norm_kind, x, p["mlp_norm"], norm_eps), p["mlp"])
 
 

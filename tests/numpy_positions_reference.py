@@ -143,6 +143,10 @@ def stick_breaking_attention(q, k, v, inv_freq=None, window=None):
   return out
 
 
+def sigmoid(x):
+  return 1.0 / (1.0 + np.exp(-x))
+
+
 def log_sigmoid(x):
   return -np.log1p(np.exp(-x))
 

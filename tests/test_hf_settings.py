@@ -107,7 +107,7 @@ def test_a_rope_scaling_it_does_not_compute_is_refused(tmp_path, scaling, messag
     load_llama(_folder(tmp_path, dict(rope_scaling=scaling)))
 
 
-def test_model_rope_scaling_is_checked_where_it_is_set():
+def test_the_new_model_settings_are_checked_where_they_are_set():
   plain = dict(architecture="transformer", num_heads=2, d_model=16, train_length=32)
   with pytest.raises(ConfigError, match="position='alibi' has none"):
     ModelConfig(**plain, position="alibi", rope_scaling={"type": "linear", "factor": 2.0})
@@ -115,6 +115,8 @@ def test_model_rope_scaling_is_checked_where_it_is_set():
     ModelConfig(**plain, rope_scaling={"type": "llama3", "factor": 2.0, "high_freq_factor": 0.5})
   with pytest.raises(ConfigError, match="qkv_bias is a Transformer setting"):
     ModelConfig(qkv_bias=True)
+  with pytest.raises(ConfigError, match="already gates its attention output by u"):
+    ModelConfig(output_gate=True)
 
 
 def test_qwen2_biases_on_q_k_v_are_carried_over(tmp_path):

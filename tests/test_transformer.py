@@ -84,6 +84,7 @@ BLOCKS = [
     dict(attention="cosa", logn=True, qk_norm="layernorm", head_dim=12, mlp_size=24),
     dict(attention="qna", position="alibi", num_heads=4, num_kv_heads=1, logn=True),
     dict(attention="kna", position="fox", num_heads=4, num_kv_heads=2),
+    dict(attention="baseline", output_gate=True, num_heads=4, num_kv_heads=2),
 ]
 
 

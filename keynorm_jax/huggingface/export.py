@@ -35,6 +35,7 @@ def refusal(cfg: ModelConfig):
       (cfg.norm == "rmsnorm" and cfg.norm_position == "pre", "its norms are not pre-norm RMSNorm"),
       (cfg.mlp == "swiglu", f"its MLP is {cfg.mlp}, not SwiGLU"),
       (not cfg.qkv_bias, "its q, k and v have biases (Llama's have none)"),
+      (not cfg.output_gate, "its attention output is gated (Llama's is not)"),
       (_hf_rope_scaling(cfg) is not False, "Hugging Face's rope_scaling has no kind that computes "
                                            "its own RoPE scaling (ntk, or dynamic from another "
                                            "length)"),

@@ -47,6 +47,7 @@ class ModelConfig:
   norm: str = "rmsnorm"
   norm_eps: float = 1e-6
   qkv_bias: bool = False
+  output_gate: bool = False
   # Both.
   dropout: float = 0.0
   tie_embeddings: bool = False
@@ -89,6 +90,9 @@ class ModelConfig:
       if self.qkv_bias:
         raise ConfigError("model.qkv_bias is a Transformer setting (the GAU's q and k come from "
                           "its own offsets); set model.qkv_bias=False.")
+      if self.output_gate:
+        raise ConfigError("model.output_gate is a Transformer setting: the GAU already gates its "
+                          "attention output by u; set model.output_gate=False.")
       for name in ("expansion", "qk_size"):
         if getattr(self, name) < 1:
           raise ConfigError(f"model.{name} must be at least 1, got {getattr(self, name)}.")

@@ -1,6 +1,7 @@
 """Multi-head pre-norm Transformer language model, no biases (but q, k, v's with model.qkv_bias).
 
   x = x + dropout(W_o Attn(q, k, v)),   q, k, v = Norm(x) W_q, W_k, W_v (+ b_q, b_k, b_v)
+      (model.output_gate: W_o (Attn(q, k, v) * sigmoid(Norm(x) W_gate)), Qiu et al. 2025's G1)
   x = x + dropout(MLP(Norm(x)))
   SwiGLU: (silu(x W_gate) * (x W_up)) W_down     GELU: gelu(x W_up) W_down   (exact GELU)
   logits = head(Norm(x))                         (tied to the embedding as an option)
@@ -67,7 +68,10 @@ class TransformerBlock(nn.Module):
     if cfg.qk_norm != "none":
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
     out = PositionalAttention(cfg, self.spec, name="attention")(q, k, v, positions_BxT, h)
-    out = dense(x.shape[-1], "out")(out.reshape(batch, length, heads * size))
+    out = out.reshape(batch, length, heads * size)
+    if cfg.output_gate:   # G1 of Qiu et al. 2025: elementwise, per head, from the normed input
+      out = out * nn.sigmoid(dense(heads * size, "output_gate")(h))
+    out = dense(x.shape[-1], "out")(out)
     x = x + nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
     out = MLP(cfg, name="mlp")(block_norm(cfg, "mlp_norm")(x))
     return x + nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
