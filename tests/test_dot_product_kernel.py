@@ -94,8 +94,10 @@ SETTINGS = {
     "p_rope": ["none", "ntk"],
     "randomized_rope": ["none", "yarn"],
     "hwfa": ["none", "window"],
+    "rnope_swa": ["none", "window"],
     "alibi": ["none", "alibi_interpolate", "ntk_alibi", "window", "posthoc_logn"],
-    "nope": ["none", "window", "streaming", "posthoc_logn", "drope_temperature"],
+    "nope": ["none", "window", "streaming", "posthoc_logn"],
+    "drope": ["none", "drope_temperature"],   # NoPE once trained
     "kerple_log": ["none", "window", "streaming"],
     "fire": ["none", "window"],
 }
@@ -112,14 +114,14 @@ def _column(name):
 
 @pytest.mark.parametrize("method, column", [(m, c) for m, cs in SETTINGS.items() for c in cs])
 def test_every_fusable_position_setting(method, column):
-  """Each training method (every layer of it: HWFA's window layers and its last) under the
+  """Each training method (every layer of it: HWFA's and RNoPE-SWA's window layers and their last) under the
   inference methods that apply to it, with KNA and grouped-query attention (2 kv heads)."""
   training = positions.training_method(method)
   column_name, column = column, _column(column)
   assert column.method.skip_reason(training, H) is None
   q, k, v = _inputs(1, kv_heads=2)
   column = column.at(T, TRAIN)
-  for layer in ((0, 2) if method == "hwfa" else (0,)):
+  for layer in ((0, 2) if method in ("hwfa", "rnope_swa") else (0,)):
     spec = column.apply(training.layer_spec(layer=layer, num_layers=3, num_heads=H,
                                             rope_theta=100.0, train_length=TRAIN))
     kwargs = positions.attention_kwargs(spec, rotary_dim=S, train_length=TRAIN, seq_length=T,

@@ -262,6 +262,24 @@ def test_hwfa_layers():
   assert method.default_window(4, 512) == 128
 
 
+def test_rnope_swa_layers_and_bad_knobs():
+  """Every fourth layer (and the last) full NoPE; the others RoPE in a window of half the
+  training length (or the knob's)."""
+  from keynorm_jax.errors import ConfigError  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.models.config import ModelConfig  # pylint: disable=g-import-not-at-top
+
+  def kinds(method, layers):
+    specs = [method.layer_spec(layer=i, num_layers=layers, num_heads=1, rope_theta=1e4,
+                               train_length=512) for i in range(layers)]
+    return "".join("F" if s.rotary is None and s.window is None else f"W{s.window}," for s in specs)
+  assert kinds(positions.training_method("rnope_swa"), 9) == "W256," * 3 + "F" + "W256," * 3 + "FF"
+  assert kinds(positions.training_method("rnope_swa", {"ratio": 1, "window": 64}), 3) == "W64,FF"
+  with pytest.raises(ValueError, match="ratio .* must be at least 1"):
+    positions.training_method("rnope_swa", {"ratio": -2})
+  with pytest.raises(ConfigError, match="window of 600 tokens is longer than the training length"):
+    ModelConfig(position="rnope_swa", position_options={"window": 600}, train_length=512)
+
+
 def test_skips_say_why():
   rope, alibi = positions.training_method("rope"), positions.training_method("alibi")
   assert "no RoPE" in positions.inference_method("yarn").skip_reason(alibi, 1)

@@ -111,7 +111,8 @@ class ModelConfig:
       method = self.position_method
     except ValueError as e:
       raise ConfigError(f"model.position: {e}") from None
-    reason = method.refuse(attention=self.attention, num_heads=self.heads, logn=self.logn)
+    reason = method.refuse(attention=self.attention, num_heads=self.heads, logn=self.logn,
+                           train_length=self.train_length)
     if reason:
       raise ConfigError(f"model.position={self.position!r} cannot run here: {reason}.")
     self._check_rope_scaling(method)

@@ -44,9 +44,10 @@ class TrainingMethod(Method):
     del rng, batch, length, train_length
     return None
 
-  def refuse(self, *, attention: str, num_heads: int, logn: bool) -> str | None:
+  def refuse(self, *, attention: str, num_heads: int, logn: bool,
+             train_length: int | None = None) -> str | None:
     """Why this method cannot be combined with the rest of the model, or None."""
-    del attention, num_heads, logn
+    del attention, num_heads, logn, train_length
     return None
 
   def earlier_phase(self, num_train_steps: int) -> tuple[int, str] | None:
@@ -97,7 +98,7 @@ class ALiBi(TrainingMethod):
   def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
     return AttentionSpec(alibi_slopes=self.slopes(num_heads))
 
-  def refuse(self, *, attention, num_heads, logn):
+  def refuse(self, *, attention, num_heads, logn, train_length=None):
     if self.slope and num_heads > 1:
       return ("alibi_slope sets the slope of a single-head model; a multi-head model uses the "
               "paper's slopes 2^(-8h/H): leave alibi_slope at 0")
@@ -216,6 +217,42 @@ class HWFA(Rope):
       return AttentionSpec(logn=True)
     return AttentionSpec(rotary=RotarySpec(base=rope_theta),
                          window=self.window or self.default_window(num_layers, train_length))
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class RNoPESWA(Rope):
+  """RNoPE-SWA: after every `ratio` RoPE layers with a sliding window, one full-attention NoPE layer
+  (layer i is full iff (i + 1) % (ratio + 1) == 0; the last layer is always full, so that a model
+  shallower than ratio + 1 layers has one). The paper's 1:3 and Cohere2's layer rule; its window was
+  4096 tokens (Cohere2's default), whose share of the training length the paper does not say here:
+  the default window is half the training length."""
+  name = "rnope_swa"
+  summary = "RoPE sliding-window layers interleaved with full-attention NoPE layers (3:1)"
+  paper = "Yang et al. 2025, Rope to Nope and Back Again: A New Hybrid Attention Strategy (arXiv 2501.18795)"
+  ratio: int = knob(3, "RoPE window layers per full NoPE layer (rnope_swa)")
+  window: int | None = knob(None, "window w of the RoPE layers (rnope_swa; hwfa has its own rule); "
+                            "default train_length / 2")
+
+  def __post_init__(self):
+    if self.ratio < 1:
+      raise ValueError(f"rnope_swa ratio (RoPE window layers per full NoPE layer) must be at "
+                       f"least 1, got {self.ratio}.")
+    if self.window is not None and self.window < 1:
+      raise ValueError(f"rnope_swa window must be at least 1, got {self.window}.")
+
+  def refuse(self, *, attention, num_heads, logn, train_length=None):
+    if self.window and train_length and self.window > train_length:
+      return (f"its window of {self.window} tokens is longer than the training length "
+              f"{train_length}: every RoPE layer would see the whole window; choose a window up "
+              f"to {train_length}")
+    return None
+
+  def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
+    if (layer + 1) % (self.ratio + 1) == 0 or layer == num_layers - 1:
+      return AttentionSpec()
+    return AttentionSpec(rotary=RotarySpec(base=rope_theta),
+                         window=self.window or max(1, train_length // 2))
 
 
 @register
