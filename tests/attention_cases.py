@@ -74,6 +74,7 @@ CASES = {
                                   scale_invariant_tau=10.0),
     "stickbreaking": dict(variant="stickbreaking"),
     "stickbreaking_window_rope": dict(variant="stickbreaking", inv_freq=INV, window=9),
+    "string": dict(variant="baseline", inv_freq=INV, rerope_window=9, string_window=3),
     "fox": dict(variant="baseline", log_forget=log_forget(4)),
     "fox_window_kna": dict(variant="kna", window=9, log_forget=log_forget(5)),
     "shifted_positions": dict(variant="kna", inv_freq=INV, window=10,

@@ -147,6 +147,12 @@ def sigmoid(x):
   return 1.0 / (1.0 + np.exp(-x))
 
 
+def string_relative(S, W):
+  """STRING (An et al. 2024, HKUNLP/STRING): relative position i - j below the shift S; from S on,
+  i - j - S + W (the largest distances replaced by shifted, smaller ones)."""
+  return lambda i, j: i - j if i - j < S else i - j - S + W
+
+
 def log_sigmoid(x):
   return -np.log1p(np.exp(-x))
 

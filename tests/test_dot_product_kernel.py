@@ -102,7 +102,8 @@ SETTINGS = {
     "fire": ["none", "window"],
 }
 # The inference methods the kernels merge from two calls (forward only).
-SETTINGS["rope"] += ["leaky_rerope", "rerope", "streaming", "self_extend", "yarn_temperature"]
+SETTINGS["rope"] += ["leaky_rerope", "rerope", "streaming", "self_extend", "yarn_temperature",
+                     "string"]
 
 
 def _column(name):

@@ -39,7 +39,7 @@ GRADIENT_CASES = ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block", "w
                   "stickbreaking_window_rope"]
 # Computed forward only (two calls merged by log-sum-exps): differentiating them raises.
 FORWARD_ONLY = {"xla": {"rerope", "leaky_rerope", "sinks_over_a_block", "fire_sinks",
-                        "self_extend"}}
+                        "self_extend", "string"}}
 
 
 def _case(case):

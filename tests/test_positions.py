@@ -398,3 +398,22 @@ def test_stick_breaking_is_stable_at_16k_tokens():
   assert np.isfinite(weights).all() and np.isfinite(np.asarray(entropy)).all()
   assert (weights >= 0).all() and (weights.sum(-1) <= 1 + 1e-5).all()
   assert weights.sum(-1).min() > 0.5   # the mass sits on the keys, not lost to underflow
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("shift, window", [(5, 2), (4, 0), (3, 3)])
+def test_string(shift, window, block):
+  """STRING against the NumPy reference's shifted relative positions; its defaults and refusals."""
+  column = positions.EvalColumn(positions.inference_method(
+      "string", string_shift=shift, string_window=window)).at(T, T)
+  spec = column.apply(positions.AttentionSpec(rotary=positions.RotarySpec(base=100.0)))
+  kwargs = positions.attention_kwargs(spec, rotary_dim=S, train_length=T, seq_length=T,
+                                      logn_base=None)
+  q, k, v = _inputs(10)
+  got, _ = attend(q, k, v, variant="kna", query_block=block, **kwargs)
+  _check(got, _per_head_reference(q, k, v, lambda h: dict(
+      variant="kna", inv_freq=INV, relative=ref.string_relative(shift, window))))
+  default = positions.inference_method("string").at(8192, 512)
+  assert (default.string_shift, default.string_window) == (168, 128)
+  with pytest.raises(ValueError, match="string_window W = 9 must be at most string_shift S = 4"):
+    positions.inference_method("string", string_shift=4, string_window=9)

@@ -27,7 +27,9 @@ Masks: causal; `window` keeps 0 <= p_i - p_j < w; `sink_tokens` k also keeps key
 ReRoPE (bojone/rerope): relative position t = p_i - p_j becomes w where t >= w (leaky: w + (t - w)/k),
 computed as two score matrices joined with where(t < w). Self-Extend (Jin et al. 2024,
 datamllab/LongLM) joins the same way, its far pair rotated at grouped positions: the query at
-floor(p_i / G) + w - floor(w / G), the key at floor(p_j / G). Streaming (attention sinks) scores a sink
+floor(p_i / G) + w - floor(w / G), the key at floor(p_j / G); so does STRING (An et al. 2024,
+HKUNLP/STRING) with the shift S as w: distances t >= S become t - S + W (the query at p_i - S + W,
+the key where it is). Streaming (attention sinks) scores a sink
 key outside the window at its position in the StreamingLLM cache, (k + w - 1) - p_j, the same way.
 L2 normalization commutes with the rotation, so it is applied before RoPE. Everything in float32.
 
@@ -99,7 +101,7 @@ def cosa_default_scale(train_length: int) -> float:
 
 def check_options(variant, cosa_scale=None, rerope_window=None, leaky_rerope_factor=None,
                   logn_base=None, window=None, sink_tokens=None, inv_freq=None, xpos_gamma=None,
-                  self_extend_group=None, scale_invariant_tau=None):
+                  self_extend_group=None, scale_invariant_tau=None, string_window=None):
   """Raises ValueError naming the first option that is out of range or lacks its partner."""
   if variant not in VARIANTS:
     raise ValueError(f"Unknown attention variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
@@ -124,6 +126,14 @@ def check_options(variant, cosa_scale=None, rerope_window=None, leaky_rerope_fac
   if scale_invariant_tau is not None and not scale_invariant_tau > 0:
     raise ValueError(f"scale_invariant_tau (tau of log(1 + t / tau)) must be > 0, got "
                      f"{scale_invariant_tau}.")
+  if string_window is not None:
+    if rerope_window is None or leaky_rerope_factor is not None or self_extend_group is not None:
+      raise ValueError("string_window needs rerope_window (STRING's shift S) and neither "
+                       "leaky_rerope_factor nor self_extend_group.")
+    if not 0 <= string_window <= rerope_window:
+      raise ValueError(f"string_window (STRING's local window W) must be in [0, S = "
+                       f"{rerope_window}] (shifted distances stay below the unshifted ones), got "
+                       f"{string_window}.")
   if self_extend_group is not None:
     if rerope_window is None or leaky_rerope_factor is not None:
       raise ValueError("self_extend_group needs rerope_window (Self-Extend's neighbor window) and "
@@ -188,8 +198,8 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
             attention_factor=1.0, rerope_window=None, leaky_rerope_factor=None, cosa_scale=None,
             posthoc_logn_length=None, alibi_slope=None, window=None, sink_tokens=None,
             xpos_gamma=None, xpos_scale_base=512.0, score_bias=None, ssmax_scale=None,
-            log_forget=None, self_extend_group=None, scale_invariant_tau=None, logit_scale=1.0,
-            rope_table_op=False) -> Prepared:
+            log_forget=None, self_extend_group=None, string_window=None, scale_invariant_tau=None,
+            logit_scale=1.0, rope_table_op=False) -> Prepared:
   """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E] and the options (attend's) -> Prepared.
 
   rope_table_op: compute RoPE's cos and sin once as an op of their own (cpu.boundary.own_op; the
@@ -197,7 +207,8 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
     that rotates). The numbers are the same either way.
   """
   check_options(variant, cosa_scale, rerope_window, leaky_rerope_factor, logn_base, window,
-                sink_tokens, inv_freq, xpos_gamma, self_extend_group, scale_invariant_tau)
+                sink_tokens, inv_freq, xpos_gamma, self_extend_group, scale_invariant_tau,
+                string_window)
   batch, length, heads, size = q.shape
   if heads % k.shape[2]:
     raise ValueError(f"{heads} query heads cannot share {k.shape[2]} key/value heads evenly.")
@@ -244,7 +255,10 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
   q_near = rotate(q, positions_BxT, 1.0, near_table)
   k_near = rotate(k, positions_BxT, -1.0, near_table)
   q_far = k_far = None
-  if inv_freq is not None and self_extend_group is not None:
+  if inv_freq is not None and string_window is not None:
+    q_far = rotate(q, positions_BxT - (rerope_window - string_window), 1.0)
+    k_far = k_near
+  elif inv_freq is not None and self_extend_group is not None:
     w, g = rerope_window, self_extend_group
     grouped = jnp.floor_divide(positions_BxT, g)
     q_far = rotate(q, grouped + (w - w // g), 1.0)

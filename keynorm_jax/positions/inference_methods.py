@@ -247,6 +247,41 @@ class SelfExtend(InferenceMethod):
                         self_extend_group=self.self_extend_group)
 
 
+@register
+@dataclasses.dataclass(frozen=True)
+class String(InferenceMethod):
+  """STRING: relative distances from S on are shifted down to t - S + W, so the largest distances
+  (the least trained) are replaced by well-trained ones; the defaults are HKUNLP/STRING's (S a
+  third of the training length, W 128, no more than S). Its code also multiplies cos and sin by
+  1 + 0.1 ln 2; that extra is not applied here."""
+  name = "string"
+  summary = "distances t >= S shifted to t - S + W (STRING)"
+  paper = "An et al. 2024, Why Does the Effective Context Length of LLMs Fall Short? (arXiv 2410.18745)"
+  string_shift: int | None = knob(None, "STRING shift S; default a third of train_length")
+  string_window: int | None = knob(None, "STRING local window W; default 128 (at most S)")
+
+  def __post_init__(self):
+    _check_positive("string_shift", self.string_shift)
+    if self.string_window is not None and self.string_window < 0:
+      raise ValueError(f"string_window must be >= 0, got {self.string_window}.")
+    if self.string_shift and self.string_window and self.string_window > self.string_shift:
+      raise ValueError(f"string_window W = {self.string_window} must be at most string_shift S = "
+                       f"{self.string_shift} (a shifted distance t - S + W stays below t).")
+
+  def at(self, length, train_length):
+    shift = self.string_shift or max(1, int(0.33 * train_length))
+    window = self.string_window if self.string_window is not None else min(128, shift)
+    return dataclasses.replace(self, string_shift=shift, string_window=window)
+
+  def skip_reason(self, method, num_heads, trained_scaling="none"):
+    return None if method.rotary else f"{method.name} has no RoPE to shift"
+
+  def apply(self, spec):
+    if spec.rotary is None:
+      return spec
+    return spec.replace(rerope_window=self.string_shift, string_window=self.string_window)
+
+
 @dataclasses.dataclass(frozen=True)
 class Temperature(Scaled):
   """Every score times a factor of s = length / train_length (`scale(s)`); weights unchanged."""

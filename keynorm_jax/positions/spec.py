@@ -49,6 +49,8 @@ class AttentionSpec:
     rerope_window, leaky_rerope_factor: ReRoPE (needs rotary).
     self_extend_group: with rerope_window, Self-Extend: keys at rerope_window or farther are scored
       at grouped positions (group size G) instead of ReRoPE's clipped one.
+    string_window: with rerope_window (STRING's shift S), STRING: distances t >= S become
+      t - S + string_window.
     window: keep keys with 0 <= i - j < window.
     sink_tokens: with window, also keep keys j < sink_tokens (StreamingLLM).
     alibi_slopes: one slope per head; the bias -m (i - j) is added to the scores.
@@ -64,6 +66,7 @@ class AttentionSpec:
   rerope_window: int | None = None
   leaky_rerope_factor: float | None = None
   self_extend_group: int | None = None
+  string_window: int | None = None
   window: int | None = None
   sink_tokens: int | None = None
   alibi_slopes: tuple[float, ...] | None = None
@@ -120,7 +123,8 @@ def attention_kwargs(spec: AttentionSpec, *, rotary_dim: int, train_length: int,
     kwargs["logn_base"] = logn_base
   kwargs.update(
       rerope_window=spec.rerope_window, leaky_rerope_factor=spec.leaky_rerope_factor,
-      self_extend_group=spec.self_extend_group, scale_invariant_tau=spec.scale_invariant_tau,
+      self_extend_group=spec.self_extend_group, string_window=spec.string_window,
+      scale_invariant_tau=spec.scale_invariant_tau,
       logit_scale=spec.logit_scale,
       window=spec.window, sink_tokens=spec.sink_tokens,
       alibi_slope=None if spec.alibi_slopes is None else np.asarray(spec.alibi_slopes,
