@@ -95,8 +95,9 @@ SETTINGS = {
     "randomized_rope": ["none", "yarn"],
     "hwfa": ["none", "window"],
     "rnope_swa": ["none", "window"],
-    "alibi": ["none", "alibi_interpolate", "ntk_alibi", "window", "posthoc_logn"],
-    "nope": ["none", "window", "streaming", "posthoc_logn"],
+    "alibi": ["none", "alibi_interpolate", "ntk_alibi", "window", "posthoc_logn",
+              "posthoc_ssmax"],
+    "nope": ["none", "window", "streaming", "posthoc_logn", "llama4_temperature"],
     "drope": ["none", "drope_temperature"],   # NoPE once trained
     "kerple_log": ["none", "window", "streaming"],
     "fire": ["none", "window"],

@@ -417,3 +417,28 @@ def test_string(shift, window, block):
   assert (default.string_shift, default.string_window) == (168, 128)
   with pytest.raises(ValueError, match="string_window W = 9 must be at most string_shift S = 4"):
     positions.inference_method("string", string_shift=4, string_window=9)
+
+
+@pytest.mark.parametrize("name, knobs, factor", [
+    ("llama4_temperature", {"llama4_floor_scale": 3},
+     lambda i: 1.0 + 0.1 * math.log(1.0 + math.floor((i + 1) / 3))),
+    ("llama4_temperature", {"llama4_attn_scale": 0.5},   # F = the training length, T / 2 here
+     lambda i: 1.0 + 0.5 * math.log(1.0 + math.floor((i + 1) / (T // 2)))),
+    ("posthoc_ssmax", {}, lambda i: math.log(i + 1) / math.log(T // 2)),
+])
+def test_query_temperature_rules(name, knobs, factor):
+  """Llama 4's temperature tuning (on a layer without RoPE) and post-hoc SSMax: query i's scores
+  times the rule's factor (NumPy: kappa_i)."""
+  column = positions.EvalColumn(positions.inference_method(name, **knobs)).at(T, T // 2)
+  spec = column.apply(positions.AttentionSpec())
+  kwargs = positions.attention_kwargs(spec, rotary_dim=S, train_length=T // 2, seq_length=T,
+                                      logn_base=None)
+  q, k, v = _inputs(11)
+  got, _ = attend(q, k, v, variant="baseline", **kwargs)
+  kappa = [factor(i) for i in range(T)]
+  _check(got, _per_head_reference(q, k, v, lambda h: dict(variant="baseline", kappa=kappa)))
+  rope = positions.training_method("rope")
+  if name == "llama4_temperature":   # the layers with RoPE are left as they are
+    assert "every rope layer has RoPE" in column.method.skip_reason(rope, H)
+    rotary = positions.AttentionSpec(rotary=positions.RotarySpec())
+    assert column.apply(rotary) == rotary

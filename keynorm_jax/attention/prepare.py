@@ -18,6 +18,8 @@ Per-query factors multiply every score of query i (position p_i):
   SSMax            s_h log(p_i + 1)                      (learnable s per head)
   YaRN             attention_factor ** 2
   temperature      logit_scale (an inference-time temperature rule: YaRN's, DroPE's)
+  Llama 4          1 + a log(1 + floor((p_i + 1) / F))   (llama4_temperature = (a, F))
+  post-hoc SSMax   s log(p_i + 1)                        (posthoc_ssmax = s)
 Biases are added after those factors: ALiBi -m_h (p_i - p_j), or a learned bias (KERPLE, FIRE);
 Scale-invariant attention turns a score S at distance t into a_t S + m_t before the biases
 (scores.scale_invariant). FoX's forget gates (log_forget = log f_t per head) add sum_{l=j+1..i} log f_l = c_i - c_j, with
@@ -165,10 +167,18 @@ def _score_scale(variant, size, cosa_scale):
           "stickbreaking": 1.0 / math.sqrt(size)}[variant]
 
 
-def _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale):
-  """[B, T, H or 1] factor on the scores: trained log n x post-hoc log n x SSMax."""
+def _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale,
+                      llama4_temperature=None, posthoc_ssmax=None):
+  """[B, T, H or 1] factor on the scores: trained log n x post-hoc log n x SSMax x the post-hoc
+  temperature rules of Llama 4 and SSMax."""
   log_n = jnp.log(positions_BxT.astype(jnp.float32) + 1.0)[:, :, None]
   multiplier = jnp.ones_like(log_n)
+  if llama4_temperature is not None:
+    scale, floor_scale = llama4_temperature
+    steps = jnp.floor((positions_BxT.astype(jnp.float32) + 1.0) / floor_scale)[:, :, None]
+    multiplier = multiplier * (1.0 + scale * jnp.log1p(steps))
+  if posthoc_ssmax is not None:
+    multiplier = multiplier * posthoc_ssmax * log_n
   if logn_base is not None:
     multiplier = multiplier * log_n / math.log(logn_base)
   if posthoc_logn_length is not None:
@@ -199,7 +209,8 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
             posthoc_logn_length=None, alibi_slope=None, window=None, sink_tokens=None,
             xpos_gamma=None, xpos_scale_base=512.0, score_bias=None, ssmax_scale=None,
             log_forget=None, self_extend_group=None, string_window=None, scale_invariant_tau=None,
-            logit_scale=1.0, rope_table_op=False) -> Prepared:
+            logit_scale=1.0, llama4_temperature=None, posthoc_ssmax=None,
+            rope_table_op=False) -> Prepared:
   """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E] and the options (attend's) -> Prepared.
 
   rope_table_op: compute RoPE's cos and sin once as an op of their own (cpu.boundary.own_op; the
@@ -232,7 +243,8 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
     k = l2_normalize(k)
   scale = _score_scale(variant, size, cosa_scale) * attention_factor**2 * logit_scale
   multiplier_BxTxH = jnp.broadcast_to(
-      scale * _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale),
+      scale * _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale,
+                                llama4_temperature, posthoc_ssmax),
       (batch, length, heads))
 
   def rotate(x, positions_at, sign, table=None):

@@ -59,6 +59,8 @@ class AttentionSpec:
       x_t, adding sum_{l=j+1..i} log f_l to the scores.
     scale_invariant_tau: scale-invariant attention's tau: a score S at distance t becomes a_t S + m_t.
     logit_scale: every score times this (an inference-time temperature rule).
+    llama4_temperature: (a, F): query i's scores times 1 + a log(1 + floor((i + 1) / F)).
+    posthoc_ssmax: s: query i's scores times s log(i + 1).
     logn: trained log n on (True), off (False) or as the model is configured (None).
     posthoc_logn: inference-only max(1, log(i + 1) / log(L_train)) on the scores.
   """
@@ -74,6 +76,8 @@ class AttentionSpec:
   forget_gate: bool = False
   scale_invariant_tau: float | None = None
   logit_scale: float = 1.0
+  llama4_temperature: tuple[float, float] | None = None
+  posthoc_ssmax: float | None = None
   logn: bool | None = None
   posthoc_logn: bool = False
 
@@ -125,7 +129,8 @@ def attention_kwargs(spec: AttentionSpec, *, rotary_dim: int, train_length: int,
       rerope_window=spec.rerope_window, leaky_rerope_factor=spec.leaky_rerope_factor,
       self_extend_group=spec.self_extend_group, string_window=spec.string_window,
       scale_invariant_tau=spec.scale_invariant_tau,
-      logit_scale=spec.logit_scale,
+      logit_scale=spec.logit_scale, llama4_temperature=spec.llama4_temperature,
+      posthoc_ssmax=spec.posthoc_ssmax,
       window=spec.window, sink_tokens=spec.sink_tokens,
       alibi_slope=None if spec.alibi_slopes is None else np.asarray(spec.alibi_slopes,
                                                                     np.float32),

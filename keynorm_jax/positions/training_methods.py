@@ -28,6 +28,7 @@ class TrainingMethod(Method):
   absolute: typing.ClassVar[str | None] = None  # "sinusoidal" / "learned" embedding
   bias: typing.ClassVar[str | None] = None      # "alibi" / "kerple_log" / "fire"
   random_positions: typing.ClassVar[bool] = False  # training_positions draws from an rng
+  layers_without_rope: typing.ClassVar[bool] = True  # some layer has no rotation
 
   def layer_spec(self, *, layer: int, num_layers: int, num_heads: int, rope_theta: float,
                  train_length: int) -> AttentionSpec:
@@ -72,6 +73,7 @@ class Rope(TrainingMethod):
   summary = "rotary positions"
   paper = "Su et al. 2021, RoFormer (arXiv 2104.09864)"
   rotary = True
+  layers_without_rope = False
 
   def rotary_spec(self, rope_theta: float) -> RotarySpec:
     return RotarySpec(base=rope_theta)
@@ -204,6 +206,7 @@ class HWFA(Rope):
   name = "hwfa"
   summary = "RoPE window layers, then one full NoPE layer with log n"
   paper = "Su 2023, kexue.fm/archives/9603 and 9731 (Hybrid Window-Full Attention)"
+  layers_without_rope = True    # the full NoPE layer(s)
   window: int | None = knob(None, "window w of the RoPE layers; default the largest w with "
                             "(w - 1)(L - 1) + 1 <= 3/4 train_length for L layers (Su's rule: 17 "
                             "for 24 layers at 512; he used 16)")
@@ -230,6 +233,7 @@ class RNoPESWA(Rope):
   name = "rnope_swa"
   summary = "RoPE sliding-window layers interleaved with full-attention NoPE layers (3:1)"
   paper = "Yang et al. 2025, Rope to Nope and Back Again: A New Hybrid Attention Strategy (arXiv 2501.18795)"
+  layers_without_rope = True    # the full NoPE layer(s)
   ratio: int = knob(3, "RoPE window layers per full NoPE layer (rnope_swa)")
   window: int | None = knob(None, "window w of the RoPE layers (rnope_swa; hwfa has its own rule); "
                             "default train_length / 2")
