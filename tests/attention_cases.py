@@ -75,6 +75,10 @@ CASES = {
     "stickbreaking": dict(variant="stickbreaking"),
     "stickbreaking_window_rope": dict(variant="stickbreaking", inv_freq=INV, window=9),
     "string": dict(variant="baseline", inv_freq=INV, rerope_window=9, string_window=3),
+    "cope": dict(variant="baseline",
+                 cope_embeddings=np.random.default_rng(6).normal(size=(S, 40)).astype(np.float32)),
+    "cope_kna_window": dict(variant="kna", window=9, cope_embeddings=np.random.default_rng(7).normal(
+        size=(S, 5)).astype(np.float32)),   # positions reach the cap npos - 1 = 4
     "fox": dict(variant="baseline", log_forget=log_forget(4)),
     "fox_window_kna": dict(variant="kna", window=9, log_forget=log_forget(5)),
     "shifted_positions": dict(variant="kna", inv_freq=INV, window=10,

@@ -153,6 +153,31 @@ def string_relative(S, W):
   return lambda i, j: i - j if i - j < S else i - j - S + W
 
 
+def cope_attention(q, k, v, e, variant="baseline", window=None):
+  """CoPE (Golovneva et al. 2024), one head, explicit sums: s_ij = the variant's q_i . k_j score
+  (baseline: / sqrt(S); kna: k_j / |k_j|) over the kept keys j <= i (i - j < window when set);
+  gates g_it = sigmoid(s_it); p_ij = min(sum over kept t, j <= t <= i, of g_it, npos - 1);
+  z = q_i . e[:, p] at the integers around p_ij, interpolated (p - floor p) z[ceil] + (1 - ...)
+  z[floor]; o_i = softmax_j(s_ij + that) v_j."""
+  T, S = q.shape
+  npos = e.shape[1]
+  q, k, v, e = (np.asarray(a, dtype=np.float64) for a in (q, k, v, e))
+  out = np.zeros((T, v.shape[1]))
+  for i in range(T):
+    kept = [j for j in range(i + 1) if window is None or i - j < window]
+    s = {j: (q[i] @ k[j] / math.sqrt(S) if variant == "baseline"
+             else q[i] @ k[j] / np.linalg.norm(k[j])) for j in kept}
+    logits = []
+    for j in kept:
+      p = min(sum(1.0 / (1.0 + math.exp(-s[t])) for t in kept if t >= j), npos - 1)
+      low, high = math.floor(p), math.ceil(p)
+      logits.append(s[j] + (p - low) * (q[i] @ e[:, high]) + (1 - (p - low)) * (q[i] @ e[:, low]))
+    logits = np.array(logits)
+    w = np.exp(logits - logits.max())
+    out[i] = (w / w.sum()) @ v[kept]
+  return out
+
+
 def log_sigmoid(x):
   return -np.log1p(np.exp(-x))
 

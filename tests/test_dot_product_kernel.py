@@ -141,14 +141,16 @@ def test_every_fusable_position_setting(method, column):
 
 def test_every_position_method_is_covered_or_refused():
   """A new position method must be added to SETTINGS (or to the refused: FoX's data-dependent
-  bias and scale-invariant attention's factors go to the einsum kernels)."""
+  bias, scale-invariant attention's factors and CoPE's positions go to the einsum kernels)."""
   on_embedding = {"sinusoidal", "learned"}
-  refused = {"fox", "scale_invariant"}
+  refused = {"fox", "scale_invariant", "cope"}
   assert set(positions.TRAINING_METHODS.names()) == set(SETTINGS) | on_embedding | refused
   log_forget = np.zeros((B, T, H), np.float32)
   shape = Shape(B, T, H, H, S, S, np.float32)
   assert "forget-gate" in dot_product.expressible(mods_of(log_forget=log_forget), shape)
   assert "distance" in dot_product.expressible(mods_of(scale_invariant_tau=10.0), shape)
+  cope = mods_of(cope_embeddings=np.zeros((S, 4), np.float32))
+  assert "whole row" in dot_product.expressible(cope, shape)
   for name in on_embedding:
     assert positions.training_method(name).layer_spec(
         layer=0, num_layers=1, num_heads=H, rope_theta=1e4, train_length=TRAIN) == \

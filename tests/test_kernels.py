@@ -21,13 +21,13 @@ from attention_cases import CASES, E, H, S, T, inputs
 REFUSED = {
     "reference": set(),
     "cpu": set(),
-    "blocked": {"stickbreaking", "stickbreaking_window_rope"},   # whole rows of keys
+    "blocked": {"stickbreaking", "stickbreaking_window_rope", "cope", "cope_kna_window"},  # rows
     # A window or ReRoPE over explicit positions (the calls count indices).
     # ReRoPE with a score bias (not composed).
     # FoX's data-dependent bias; scale-invariant's factor on each score; stick-breaking.
     "xla": {"shifted_positions", "random_positions_per_row", "random_positions_rerope",
             "rerope_alibi", "fox", "fox_window_kna", "scale_invariant", "scale_invariant_sinks",
-            "stickbreaking", "stickbreaking_window_rope"},
+            "stickbreaking", "stickbreaking_window_rope", "cope", "cope_kna_window"},
     "cudnn": set(CASES) | {"values_wider"},   # refused on a CPU: "cuDNN runs on a GPU only"
 }
 BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
@@ -36,7 +36,7 @@ ALL_CASES = sorted(CASES) + ["values_wider"]
 GRADIENT_CASES = ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block", "window_alibi",
                   "xpos", "random_positions_per_row", "ssmax", "cosa_rope_logn", "fire_sinks",
                   "fire", "values_wider", "fox_window_kna", "scale_invariant_sinks",
-                  "stickbreaking_window_rope"]
+                  "stickbreaking_window_rope", "cope_kna_window"]
 # Computed forward only (two calls merged by log-sum-exps): differentiating them raises.
 FORWARD_ONLY = {"xla": {"rerope", "leaky_rerope", "sinks_over_a_block", "fire_sinks",
                         "self_extend", "string"}}
@@ -88,11 +88,12 @@ def test_kernel_matches_reference_or_refuses(name, case):
     if c not in REFUSED[n] | FORWARD_ONLY.get(n, set())])
 def test_kernel_gradients_match_reference(name, case):
   """Gradients of q, k, v and of the learnable arrays among the options (SSMax's scale, FoX's
-  log forget gates)."""
+  log forget gates, CoPE's embeddings)."""
   q, k, v, options = _case(case)
   index = ALL_CASES.index(case)
   gives_entropy = kernels.KERNELS[name].gives_entropy
-  learnable = {n: options[n] for n in ("ssmax_scale", "log_forget") if n in options}
+  learnable = {n: options[n] for n in ("ssmax_scale", "log_forget", "cope_embeddings")
+               if n in options}
   fixed = {n: x for n, x in options.items() if n not in learnable}
 
   def loss(kernel, q, k, v, arrays):

@@ -442,3 +442,20 @@ def test_query_temperature_rules(name, knobs, factor):
     assert "every rope layer has RoPE" in column.method.skip_reason(rope, H)
     rotary = positions.AttentionSpec(rotary=positions.RotarySpec())
     assert column.apply(rotary) == rotary
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("variant, npos, window", [("baseline", 16, None), ("kna", 4, 6)])
+def test_cope(variant, npos, window, block):
+  """CoPE against explicit sums (with the cap at npos - 1 reached in the second case)."""
+  q, k, v = _inputs(12)
+  e = np.random.default_rng(13).normal(size=(S, npos)).astype(np.float32)
+  got, _ = attend(q, k, v, variant=variant, cope_embeddings=e, window=window, query_block=block)
+  expected = np.zeros(q.shape[:3] + (E,))
+  for b in range(B):
+    for h in range(H):
+      expected[b, :, h] = ref.cope_attention(q[b, :, h], k[b, :, h], v[b, :, h], e, variant,
+                                             window)
+  _check(got, expected)
+  with pytest.raises(ValueError, match="npos\\) must be at least 2"):
+    positions.training_method("cope", {"max_position": 1})

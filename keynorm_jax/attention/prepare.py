@@ -22,7 +22,8 @@ Per-query factors multiply every score of query i (position p_i):
   post-hoc SSMax   s log(p_i + 1)                        (posthoc_ssmax = s)
 Biases are added after those factors: ALiBi -m_h (p_i - p_j), or a learned bias (KERPLE, FIRE);
 Scale-invariant attention turns a score S at distance t into a_t S + m_t before the biases
-(scores.scale_invariant). FoX's forget gates (log_forget = log f_t per head) add sum_{l=j+1..i} log f_l = c_i - c_j, with
+(scores.scale_invariant). CoPE (Golovneva et al. 2024) adds q_i . e[p_ij], its contextual position
+p_ij = sum_{t=j..i} sigmoid(s_it) interpolating the learned embeddings e [S, npos] (scores.cope). FoX's forget gates (log_forget = log f_t per head) add sum_{l=j+1..i} log f_l = c_i - c_j, with
 c_t = sum_{l<=t} log f_l computed here once (both sides carry c as `decay`).
 Masks: causal; `window` keeps 0 <= p_i - p_j < w; `sink_tokens` k also keeps keys p_j < k.
 
@@ -80,6 +81,7 @@ class Mods(NamedTuple):
   forget_gate: bool = False                  # FoX: c_i - c_j of the sides' decay added
   scale_invariant_tau: Optional[float] = None  # a_t score + m_t at distance t (scores.py)
   stick_breaking: bool = False               # stick-breaking weights instead of the softmax
+  cope_embeddings: Optional[jax.Array] = None  # [S, npos]: CoPE's position embeddings
 
 
 class Prepared(NamedTuple):
@@ -145,9 +147,9 @@ def check_options(variant, cosa_scale=None, rerope_window=None, leaky_rerope_fac
                        f"{self_extend_group}.")
 
 
-def mods_of(*, variant=None, inv_freq=None, positions=None, rerope_window=None, alibi_slope=None, window=None,
-            sink_tokens=None, score_bias=None, log_forget=None, scale_invariant_tau=None,
-            **_) -> Mods:
+def mods_of(*, variant=None, inv_freq=None, positions=None, rerope_window=None, alibi_slope=None,
+            window=None, sink_tokens=None, score_bias=None, log_forget=None,
+            scale_invariant_tau=None, cope_embeddings=None, **_) -> Mods:
   """The Mods of attend's options (no array work: kernels are chosen from it before preparing)."""
   far_from = None
   if inv_freq is not None and rerope_window is not None:
@@ -159,7 +161,8 @@ def mods_of(*, variant=None, inv_freq=None, positions=None, rerope_window=None, 
               far_from=far_from, explicit_positions=positions is not None,
               forget_gate=log_forget is not None,
               scale_invariant_tau=None if scale_invariant_tau is None else float(scale_invariant_tau),
-              stick_breaking=variant == "stickbreaking")
+              stick_breaking=variant == "stickbreaking",
+              cope_embeddings=None if cope_embeddings is None else jnp.asarray(cope_embeddings))
 
 
 def _score_scale(variant, size, cosa_scale):
@@ -209,7 +212,7 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
             posthoc_logn_length=None, alibi_slope=None, window=None, sink_tokens=None,
             xpos_gamma=None, xpos_scale_base=512.0, score_bias=None, ssmax_scale=None,
             log_forget=None, self_extend_group=None, string_window=None, scale_invariant_tau=None,
-            logit_scale=1.0, llama4_temperature=None, posthoc_ssmax=None,
+            logit_scale=1.0, llama4_temperature=None, posthoc_ssmax=None, cope_embeddings=None,
             rope_table_op=False) -> Prepared:
   """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E] and the options (attend's) -> Prepared.
 
@@ -226,7 +229,7 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
   mods = mods_of(variant=variant, inv_freq=inv_freq, positions=positions, rerope_window=rerope_window,
                  alibi_slope=alibi_slope, window=window, sink_tokens=sink_tokens,
                  score_bias=score_bias, log_forget=log_forget,
-                 scale_invariant_tau=scale_invariant_tau)
+                 scale_invariant_tau=scale_invariant_tau, cope_embeddings=cope_embeddings)
   decay_BxTxH = None
   if log_forget is not None:
     if log_forget.shape != (batch, length, heads):

@@ -76,6 +76,24 @@ def scale_invariant(scores_BxHxQxK, distance_BxQxK, tau: float):
   return scores_BxHxQxK * jnp.sqrt(1.0 + 2.0 * log_term) - 2.0 * log_term
 
 
+def cope(scores_BxHxQxK, keep_Bx1xQxK, q_BxQxHxS, embeddings_SxP):
+  """CoPE's term q_i . e[p_ij] [B, H, Q, K] (Golovneva et al. 2024, the paper's form: not divided
+  by sqrt(S)): gates sigmoid(s_it) of the scores, positions p_ij = sum over the kept t >= j of the
+  gates (t <= i by the mask), capped at npos - 1, and q . e interpolated between floor(p) and the
+  next integer (gradients through the weight, not the index). Whole rows of keys, as
+  stick-breaking's."""
+  npos = embeddings_SxP.shape[-1]
+  gates = jnp.where(keep_Bx1xQxK, jax.nn.sigmoid(scores_BxHxQxK), 0.0)
+  positions = jnp.minimum(jnp.flip(jnp.cumsum(jnp.flip(gates, -1), axis=-1), -1), npos - 1)
+  logits_BxHxQxP = jnp.einsum("bqhs,sp->bhqp", q_BxQxHxS, embeddings_SxP.astype(jnp.float32))
+  below = jnp.floor(positions)
+  weight = positions - below
+  below = below.astype(jnp.int32)
+  above = jnp.minimum(below + 1, npos - 1)
+  at = lambda index: jnp.take_along_axis(logits_BxHxQxP, index, axis=-1)
+  return weight * at(above) + (1.0 - weight) * at(below)
+
+
 def bias_and_keep(mods: Mods, queries: Side, keys: Side, heads: int):
   """(additive bias [B, H, Q, K] float32 or None, keep [B, 1, Q, K] bool) of a block: what is added
   to multiplier x q . k, and which pairs are kept."""
@@ -123,6 +141,9 @@ def block_scores(mods: Mods, queries: Side, keys: Side, product=None):
     scores_BxHxQxK = scale_invariant(scores_BxHxQxK, _distances(mods, queries, keys)[1],
                                      mods.scale_invariant_tau)
   bias, keep_Bx1xQxK = bias_and_keep(mods, queries, keys, queries.near.shape[2])
+  if mods.cope_embeddings is not None:
+    scores_BxHxQxK = scores_BxHxQxK + cope(scores_BxHxQxK, keep_Bx1xQxK, queries.near,
+                                           mods.cope_embeddings)
   if bias is not None:
     scores_BxHxQxK = scores_BxHxQxK + bias
   return jnp.where(keep_Bx1xQxK, scores_BxHxQxK, MASKED), keep_Bx1xQxK
@@ -142,6 +163,15 @@ def stick_breaking_with_entropy(scores_BxHxQxK, keep_Bx1xQxK):
   entropy_BxQxH = jnp.moveaxis(-jnp.sum(jnp.where(keep_Bx1xQxK, weights * log_weights, 0.0),
                                         axis=-1), 1, 2)
   return weights, entropy_BxQxH
+
+
+def needs_whole_rows(mods: Mods):
+  """Why a kernel must score a query against all of its keys at once (None: blocks will do)."""
+  if mods.stick_breaking:
+    return "stick-breaking weights need a query's whole row of keys (no online softmax)"
+  if mods.cope_embeddings is not None:
+    return "CoPE's positions count over a query's whole row of keys"
+  return None
 
 
 def normalized_with_entropy(mods: Mods, scores_BxHxQxK, keep_Bx1xQxK):

@@ -16,7 +16,8 @@ from keynorm_jax import positions
 from keynorm_jax.attention import attend
 from keynorm_jax.attention.reach import attend_with_reach
 from keynorm_jax.models.config import ModelConfig
-from keynorm_jax.models.position_bias import LEARNED_BIASES, ForgetGate, SSMaxScale
+from keynorm_jax.models.position_bias import (LEARNED_BIASES, CopeEmbeddings, ForgetGate,
+                                              SSMaxScale)
 
 
 def reach_bucket(train_length: int) -> int:
@@ -51,6 +52,8 @@ class PositionalAttention(nn.Module):
                                         seq_length=q.shape[1], logn_base=cfg.resolved_logn_base)
     if spec.forget_gate:
       kwargs["log_forget"] = ForgetGate(cfg.heads, name="forget_gate")(x)
+    if spec.cope_positions:
+      kwargs["cope_embeddings"] = CopeEmbeddings(q.shape[-1], spec.cope_positions, name="cope")()
     score_bias = LEARNED_BIASES[spec.learned_bias](cfg)() if spec.learned_bias else None
     ssmax = SSMaxScale(cfg.heads, cfg.train_length, name="ssmax")() if cfg.ssmax else None
     # Positions are 0..T-1 unless the method draws random training positions: say so (None), so

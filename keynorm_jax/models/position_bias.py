@@ -1,5 +1,5 @@
-"""Learned score biases of a layer (KERPLE, FIRE, FoX's forget gates) and SSMax's learnable scale,
-as Flax modules.
+"""Learned score biases of a layer (KERPLE, FIRE, FoX's forget gates, CoPE's position embeddings)
+and SSMax's learnable scale, as Flax modules.
 
 Each bias module returns a callable(distance [B, Q, K], query positions [B, Q]) -> [B, H, Q, K] for
 attention.attend's `score_bias`; distance is the key's relative (or StreamingLLM cache) distance.
@@ -91,6 +91,17 @@ class ForgetGate(nn.Module):
     w = self.param("w", nn.initializers.normal(0.02), (d, self.num_heads))
     b = self.param("b", nn.initializers.zeros, (self.num_heads,))
     return jax.nn.log_sigmoid(x_BxTxD.astype(jnp.float32) @ w + b)
+
+
+class CopeEmbeddings(nn.Module):
+  """CoPE's position embeddings e [head size, npos] of a layer, shared by its heads; zeros at first,
+  as the paper's code."""
+  size: int
+  npos: int
+
+  @nn.compact
+  def __call__(self):
+    return self.param("e", nn.initializers.zeros, (self.size, self.npos))
 
 
 class SSMaxScale(nn.Module):

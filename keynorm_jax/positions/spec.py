@@ -57,6 +57,8 @@ class AttentionSpec:
     learned_bias: "kerple_log" or "fire": the layer owns a learnable bias of that kind.
     forget_gate: FoX: the layer owns per-head forget gates f_t = sigmoid(w . x_t + b) on its input
       x_t, adding sum_{l=j+1..i} log f_l to the scores.
+    cope_positions: CoPE: the layer owns position embeddings e [head size, cope_positions] and adds
+      q_i . e[p_ij] at the contextual position p_ij (capped at cope_positions - 1).
     scale_invariant_tau: scale-invariant attention's tau: a score S at distance t becomes a_t S + m_t.
     logit_scale: every score times this (an inference-time temperature rule).
     llama4_temperature: (a, F): query i's scores times 1 + a log(1 + floor((i + 1) / F)).
@@ -74,6 +76,7 @@ class AttentionSpec:
   alibi_slopes: tuple[float, ...] | None = None
   learned_bias: str | None = None
   forget_gate: bool = False
+  cope_positions: int | None = None
   scale_invariant_tau: float | None = None
   logit_scale: float = 1.0
   llama4_temperature: tuple[float, float] | None = None

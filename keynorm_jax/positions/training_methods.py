@@ -306,6 +306,28 @@ class DroPE(TrainingMethod):
 
 @register
 @dataclasses.dataclass(frozen=True)
+class CoPE(TrainingMethod):
+  """CoPE: positions counted by the context, p_ij = sum over t = j..i of sigmoid(s_it) (the gates of
+  the attention's own scores), and q_i . e[p_ij] added to the scores, e a learned [head size, npos]
+  table per layer shared by its heads (zeros at first) interpolated between integer positions; no
+  rotation. As the paper's code: npos = train_length + 1 by default (block size + 1), positions
+  capped at npos - 1."""
+  name = "cope"
+  summary = "contextual positions p_ij = sum of sigmoid gates over j..i, q . e[p_ij] added"
+  paper = "Golovneva et al. 2024, Contextual Position Encoding (arXiv 2405.18719)"
+  max_position: int | None = knob(None, "CoPE npos, positions capped at npos - 1 (cope); default "
+                                  "train_length + 1")
+
+  def __post_init__(self):
+    if self.max_position is not None and self.max_position < 2:
+      raise ValueError(f"cope max_position (npos) must be at least 2, got {self.max_position}.")
+
+  def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
+    return AttentionSpec(cope_positions=self.max_position or train_length + 1)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
 class Fox(TrainingMethod):
   name = "fox"
   summary = "learned forget gates: sum of log f_l over l = j+1..i added to the scores, no rotation"

@@ -131,7 +131,8 @@ def field_runs() -> list[StudyRun]:
   transformer = [f"transformer_{a}" for a in (
       "baseline_alibi", "kna_alibi", "baseline_nope", "kna_nope") + GAU_BEST
       + ("baseline_fox", "kna_fox", "stickbreaking_nope", "baseline_drope", "kna_drope",
-         "baseline_scale_invariant", "kna_scale_invariant")]
+         "baseline_scale_invariant", "kna_scale_invariant", "baseline_cope", "kna_cope",
+         "baseline_rnope_swa", "kna_rnope_swa")]
   seeds = [StudyRun(f"{prefix}{name}", seed) for seed in (1, 2)
            for prefix in ("", "transformer_") for name in SEEDED]
   gau_seeds = [StudyRun(name, seed) for name in SEEDED_GAU_ONLY for seed in (1, 2)]

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from keynorm_jax.attention.kernels.base import Kernel
 from keynorm_jax.attention.prepare import Side
 from keynorm_jax.attention.scores import (block_scores, grouped_probs_times_values, grouped_scores,
-                                          grouped_values_grad)
+                                          grouped_values_grad, needs_whole_rows)
 
 DEFAULT_BLOCK = 512   # queries and keys per block unless told
 
@@ -292,11 +292,6 @@ def run(prepared, blocks=None):
                            window=p.mods.window, sink_tokens=p.mods.sink_tokens)
 
 
-def refusal(mods, shape):  # pylint: disable=unused-argument
-  if mods.stick_breaking:
-    return "stick-breaking weights need a query's whole row of keys (no online softmax)"
-  return None
-
-
 KERNEL = Kernel("blocked", "query and key blocks with an online softmax, skipping empty blocks "
-                "(bounded memory at any length)", run, refusal=refusal)
+                "(bounded memory at any length)", run,
+                refusal=lambda mods, shape: needs_whole_rows(mods))

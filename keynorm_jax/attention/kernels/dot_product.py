@@ -49,7 +49,7 @@ from keynorm_jax.attention.kernels.base import (FULL_SQUARE_MAX_LENGTH, Kernel,
                                                  longer_than_full_square)
 from keynorm_jax.attention.prepare import Side
 from keynorm_jax.attention.scores import (MASKED, bias_and_keep, block_scores,
-                                          grouped_probs_times_values)
+                                          grouped_probs_times_values, needs_whole_rows)
 
 CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
 CHUNK = 512   # queries per call where a bias is built in XLA
@@ -67,8 +67,8 @@ def expressible(mods, shape):
     return "FoX's forget-gate bias depends on the data (the blocked kernel takes it)"
   if mods.scale_invariant_tau is not None:
     return "scale-invariant attention multiplies each score by a factor of its distance"
-  if mods.stick_breaking:
-    return "stick-breaking weights are not a softmax"
+  if needs_whole_rows(mods):
+    return needs_whole_rows(mods)
   if rerope and (mods.alibi_slopes is not None or mods.score_bias is not None):
     return "ReRoPE with a score bias (ALiBi, KERPLE, FIRE) is not composed"
   if shape.value_size % shape.size:
