@@ -79,6 +79,7 @@ CASES = {
                  cope_embeddings=np.random.default_rng(6).normal(size=(S, 40)).astype(np.float32)),
     "cope_kna_window": dict(variant="kna", window=9, cope_embeddings=np.random.default_rng(7).normal(
         size=(S, 5)).astype(np.float32)),   # positions reach the cap npos - 1 = 4
+    "dca": dict(variant="kna", inv_freq=INV, dca_chunk=6, dca_length=8),
     "fox": dict(variant="baseline", log_forget=log_forget(4)),
     "fox_window_kna": dict(variant="kna", window=9, log_forget=log_forget(5)),
     "shifted_positions": dict(variant="kna", inv_freq=INV, window=10,

@@ -178,6 +178,19 @@ def cope_attention(q, k, v, e, variant="baseline", window=None):
   return out
 
 
+def dca_relative(s, c):
+  """Dual chunk attention (An et al. 2024, eq. 2-8 with w = c - s): keys at j mod s; a query of the
+  key's own chunk at i mod s (so i - j), of the next chunk at min(s + i mod s, c - 1), of a later
+  one at c - 1."""
+  def relative(i, j):
+    gap = i // s - j // s
+    if gap == 0:
+      return i - j
+    query = min(s + i % s, c - 1) if gap == 1 else c - 1
+    return query - j % s
+  return relative
+
+
 def log_sigmoid(x):
   return -np.log1p(np.exp(-x))
 

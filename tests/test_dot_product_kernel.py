@@ -105,6 +105,7 @@ SETTINGS = {
 # The inference methods the kernels merge from two calls (forward only).
 SETTINGS["rope"] += ["leaky_rerope", "rerope", "streaming", "self_extend", "yarn_temperature",
                      "string"]
+REFUSED_COLUMNS = {"dca"}   # three rotations chosen by chunk: the einsum kernels
 
 
 def _column(name):
@@ -155,7 +156,8 @@ def test_every_position_method_is_covered_or_refused():
     assert positions.training_method(name).layer_spec(
         layer=0, num_layers=1, num_heads=H, rope_theta=1e4, train_length=TRAIN) == \
         positions.AttentionSpec()
-  covered = {c for cs in SETTINGS.values() for c in cs} | {"linear", "dynamic_ntk"}
+  covered = ({c for cs in SETTINGS.values() for c in cs} | {"linear", "dynamic_ntk"}
+             | REFUSED_COLUMNS)
   assert set(positions.INFERENCE_METHODS.names()) <= covered
 
 

@@ -27,7 +27,7 @@ REFUSED = {
     # FoX's data-dependent bias; scale-invariant's factor on each score; stick-breaking.
     "xla": {"shifted_positions", "random_positions_per_row", "random_positions_rerope",
             "rerope_alibi", "fox", "fox_window_kna", "scale_invariant", "scale_invariant_sinks",
-            "stickbreaking", "stickbreaking_window_rope", "cope", "cope_kna_window"},
+            "stickbreaking", "stickbreaking_window_rope", "cope", "cope_kna_window", "dca"},
     "cudnn": set(CASES) | {"values_wider"},   # refused on a CPU: "cuDNN runs on a GPU only"
 }
 BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
@@ -36,7 +36,7 @@ ALL_CASES = sorted(CASES) + ["values_wider"]
 GRADIENT_CASES = ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block", "window_alibi",
                   "xpos", "random_positions_per_row", "ssmax", "cosa_rope_logn", "fire_sinks",
                   "fire", "values_wider", "fox_window_kna", "scale_invariant_sinks",
-                  "stickbreaking_window_rope", "cope_kna_window"]
+                  "stickbreaking_window_rope", "cope_kna_window", "dca"]
 # Computed forward only (two calls merged by log-sum-exps): differentiating them raises.
 FORWARD_ONLY = {"xla": {"rerope", "leaky_rerope", "sinks_over_a_block", "fire_sinks",
                         "self_extend", "string"}}

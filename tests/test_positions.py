@@ -459,3 +459,21 @@ def test_cope(variant, npos, window, block):
   _check(got, expected)
   with pytest.raises(ValueError, match="npos\\) must be at least 2"):
     positions.training_method("cope", {"max_position": 1})
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("chunk, train", [(3, 4), (4, 6), (2, 3)])
+def test_dca(chunk, train, block):
+  """Dual chunk attention against the NumPy reference's chunked relative positions (queries in
+  their own, the next and later chunks at T = 12)."""
+  column = positions.EvalColumn(positions.inference_method("dca", dca_chunk=chunk)).at(T, train)
+  spec = column.apply(positions.AttentionSpec(rotary=positions.RotarySpec(base=100.0)))
+  kwargs = positions.attention_kwargs(spec, rotary_dim=S, train_length=train, seq_length=T,
+                                      logn_base=None)
+  q, k, v = _inputs(14)
+  got, _ = attend(q, k, v, variant="kna", query_block=block, **kwargs)
+  _check(got, _per_head_reference(q, k, v, lambda h: dict(
+      variant="kna", inv_freq=INV, relative=ref.dca_relative(chunk, train))))
+  assert positions.inference_method("dca").at(8192, 512).dca_chunk == 384
+  with pytest.raises(ValueError, match="dca_chunk 6 must be below the training length 6"):
+    positions.inference_method("dca", dca_chunk=6).at(T, 6)

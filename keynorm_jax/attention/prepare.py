@@ -32,7 +32,10 @@ computed as two score matrices joined with where(t < w). Self-Extend (Jin et al.
 datamllab/LongLM) joins the same way, its far pair rotated at grouped positions: the query at
 floor(p_i / G) + w - floor(w / G), the key at floor(p_j / G); so does STRING (An et al. 2024,
 HKUNLP/STRING) with the shift S as w: distances t >= S become t - S + W (the query at p_i - S + W,
-the key where it is). Streaming (attention sinks) scores a sink
+the key where it is). Dual chunk attention (An et al. 2024, the paper's eq. 2-8 with w = c - s)
+chooses by chunk (size s) instead: the same chunk scores at the true positions, the next chunk with
+the query at min(s + p_i mod s, c - 1) and the key at p_j mod s (far), any earlier chunk with the
+query at c - 1 (farthest). Streaming (attention sinks) scores a sink
 key outside the window at its position in the StreamingLLM cache, (k + w - 1) - p_j, the same way.
 L2 normalization commutes with the rotation, so it is applied before RoPE. Everything in float32.
 
@@ -59,6 +62,7 @@ class Side(NamedTuple):
   """The per-position inputs of one side (queries or keys) of attention.
 
   near: [B, N, H, S] rotated at the positions; far: the second rotation (ReRoPE, sinks) or None;
+  farthest: DCA's third rotation of the queries (inter-chunk; its keys are `far`) or None;
   positions: [B, N]; index: [N] sequence index (the causal mask); multiplier: [B, N, H] factor on
   the scores (queries only); decay: [B, N, H] FoX's cumulative log forget gate c (or None).
   """
@@ -68,6 +72,7 @@ class Side(NamedTuple):
   index: jax.Array
   multiplier: Optional[jax.Array] = None
   decay: Optional[jax.Array] = None
+  farthest: Optional[jax.Array] = None
 
 
 class Mods(NamedTuple):
@@ -82,6 +87,7 @@ class Mods(NamedTuple):
   scale_invariant_tau: Optional[float] = None  # a_t score + m_t at distance t (scores.py)
   stick_breaking: bool = False               # stick-breaking weights instead of the softmax
   cope_embeddings: Optional[jax.Array] = None  # [S, npos]: CoPE's position embeddings
+  dca_chunk: Optional[int] = None            # DCA: near within a chunk, far / farthest across
 
 
 class Prepared(NamedTuple):
@@ -149,7 +155,7 @@ def check_options(variant, cosa_scale=None, rerope_window=None, leaky_rerope_fac
 
 def mods_of(*, variant=None, inv_freq=None, positions=None, rerope_window=None, alibi_slope=None,
             window=None, sink_tokens=None, score_bias=None, log_forget=None,
-            scale_invariant_tau=None, cope_embeddings=None, **_) -> Mods:
+            scale_invariant_tau=None, cope_embeddings=None, dca_chunk=None, **_) -> Mods:
   """The Mods of attend's options (no array work: kernels are chosen from it before preparing)."""
   far_from = None
   if inv_freq is not None and rerope_window is not None:
@@ -162,7 +168,8 @@ def mods_of(*, variant=None, inv_freq=None, positions=None, rerope_window=None, 
               forget_gate=log_forget is not None,
               scale_invariant_tau=None if scale_invariant_tau is None else float(scale_invariant_tau),
               stick_breaking=variant == "stickbreaking",
-              cope_embeddings=None if cope_embeddings is None else jnp.asarray(cope_embeddings))
+              cope_embeddings=None if cope_embeddings is None else jnp.asarray(cope_embeddings),
+              dca_chunk=dca_chunk if inv_freq is not None else None)
 
 
 def _score_scale(variant, size, cosa_scale):
@@ -213,7 +220,7 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
             xpos_gamma=None, xpos_scale_base=512.0, score_bias=None, ssmax_scale=None,
             log_forget=None, self_extend_group=None, string_window=None, scale_invariant_tau=None,
             logit_scale=1.0, llama4_temperature=None, posthoc_ssmax=None, cope_embeddings=None,
-            rope_table_op=False) -> Prepared:
+            dca_chunk=None, dca_length=None, rope_table_op=False) -> Prepared:
   """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E] and the options (attend's) -> Prepared.
 
   rope_table_op: compute RoPE's cos and sin once as an op of their own (cpu.boundary.own_op; the
@@ -229,7 +236,8 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
   mods = mods_of(variant=variant, inv_freq=inv_freq, positions=positions, rerope_window=rerope_window,
                  alibi_slope=alibi_slope, window=window, sink_tokens=sink_tokens,
                  score_bias=score_bias, log_forget=log_forget,
-                 scale_invariant_tau=scale_invariant_tau, cope_embeddings=cope_embeddings)
+                 scale_invariant_tau=scale_invariant_tau, cope_embeddings=cope_embeddings,
+                 dca_chunk=dca_chunk)
   decay_BxTxH = None
   if log_forget is not None:
     if log_forget.shape != (batch, length, heads):
@@ -270,7 +278,18 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
   q_near = rotate(q, positions_BxT, 1.0, near_table)
   k_near = rotate(k, positions_BxT, -1.0, near_table)
   q_far = k_far = None
-  if inv_freq is not None and string_window is not None:
+  q_farthest = None
+  if dca_chunk is not None and (dca_length is None or not 1 <= dca_chunk < dca_length
+                                or rerope_window is not None or sink_tokens is not None):
+    raise ValueError(f"dca_chunk (DCA's chunk size s) needs dca_length (the pretraining length c) "
+                     f"with 1 <= s < c and no rerope_window or sink_tokens; got s = {dca_chunk}, "
+                     f"c = {dca_length}.")
+  if inv_freq is not None and dca_chunk is not None:
+    in_chunk = jnp.remainder(positions_BxT, dca_chunk)
+    k_far = rotate(k, in_chunk, -1.0)
+    q_far = rotate(q, jnp.minimum(dca_chunk + in_chunk, dca_length - 1), 1.0)
+    q_farthest = rotate(q, jnp.full_like(positions_BxT, dca_length - 1), 1.0)
+  elif inv_freq is not None and string_window is not None:
     q_far = rotate(q, positions_BxT - (rerope_window - string_window), 1.0)
     k_far = k_near
   elif inv_freq is not None and self_extend_group is not None:
@@ -287,5 +306,6 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
     q_far = rotate(q, jnp.full_like(positions_BxT, sink_tokens + window - 1), 1.0)
     k_far = k_near
   index = jnp.arange(length)
-  return Prepared(Side(q_near, q_far, positions_BxT, index, multiplier_BxTxH, decay_BxTxH),
+  return Prepared(Side(q_near, q_far, positions_BxT, index, multiplier_BxTxH, decay_BxTxH,
+                       q_farthest),
                   Side(k_near, k_far, positions_BxT, index, decay=decay_BxTxH), v, mods)

@@ -1,7 +1,7 @@
 """The scores of a block of queries against a block of keys: the one home of the biases and masks.
 
 score_ij = multiplier_i x (q_i . k_j), with the far rotation's product where p_i - p_j >= far_from
-(ReRoPE, sinks), scale-invariant's a_t x that + m_t at distance t, minus ALiBi's m_h x distance, plus a learned bias of the distance, plus FoX's
+(ReRoPE, sinks; DCA: by chunk, its farthest rotation for the chunks before the previous one), scale-invariant's a_t x that + m_t at distance t, minus ALiBi's m_h x distance, plus a learned bias of the distance, plus FoX's
 c_i - c_j (the sides' decay); masked
 (MASKED) where j > i (by index), outside the window, unless a sink. The distance is p_i - p_j, or for
 a sink key outside the window its distance in the StreamingLLM cache, (k + w - 1) - p_j. Every
@@ -131,11 +131,17 @@ def block_scores(mods: Mods, queries: Side, keys: Side, product=None):
   product = product or grouped_scores
   scores_BxHxQxK = product(queries.near, keys.near)
   if queries.far is not None:
-    relative_BxQxK = (queries.positions[:, :, None]
-                      - keys.positions[:, None, :]).astype(jnp.float32)
     far_BxHxQxK = product(queries.far, keys.far)
-    scores_BxHxQxK = jnp.where((relative_BxQxK < mods.far_from)[:, None], scores_BxHxQxK,
-                               far_BxHxQxK)
+    if mods.dca_chunk is not None:   # by chunk: the same, the next, any earlier
+      gap_BxQxK = (queries.positions[:, :, None] // mods.dca_chunk
+                   - keys.positions[:, None, :] // mods.dca_chunk)
+      far_BxHxQxK = jnp.where((gap_BxQxK == 1)[:, None], far_BxHxQxK,
+                              product(queries.farthest, keys.far))
+      near_BxQxK = gap_BxQxK == 0
+    else:
+      near_BxQxK = (queries.positions[:, :, None]
+                    - keys.positions[:, None, :]).astype(jnp.float32) < mods.far_from
+    scores_BxHxQxK = jnp.where(near_BxQxK[:, None], scores_BxHxQxK, far_BxHxQxK)
   scores_BxHxQxK = scores_BxHxQxK * jnp.moveaxis(queries.multiplier, 2, 1)[..., None]
   if mods.scale_invariant_tau is not None:
     scores_BxHxQxK = scale_invariant(scores_BxHxQxK, _distances(mods, queries, keys)[1],

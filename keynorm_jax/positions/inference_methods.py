@@ -305,6 +305,37 @@ class PosthocSSMax(InferenceMethod):
 
 @register
 @dataclasses.dataclass(frozen=True)
+class DCA(InferenceMethod):
+  """Dual chunk attention, as the paper's equations 2-8 with its local window w = c - s: keys at
+  p_j mod s; a query scores its own chunk at the true positions, the previous chunk from
+  min(s + p_i mod s, c - 1) and every earlier chunk from c - 1 (c = the training length). The
+  paper's s is 3/4 of c; its released code differs (s' = 5c/8, and a temperature), not followed."""
+  name = "dca"
+  summary = "dual chunk attention: intra-, successive- and inter-chunk position indices"
+  paper = "An et al. 2024, Training-Free Long-Context Scaling of Large Language Models (arXiv 2402.17463)"
+  dca_chunk: int | None = knob(None, "DCA chunk size s; default 3/4 of train_length")
+
+  def __post_init__(self):
+    _check_positive("dca_chunk", self.dca_chunk)
+
+  def at(self, length, train_length):
+    chunk = self.dca_chunk or max(1, 3 * train_length // 4)
+    if chunk >= train_length:
+      raise ValueError(f"dca_chunk {chunk} must be below the training length {train_length} "
+                       f"(the successive chunk's queries sit up to c - 1).")
+    return dataclasses.replace(self, dca_chunk=chunk)
+
+  def skip_reason(self, method, num_heads, trained_scaling="none"):
+    return None if method.rotary else f"{method.name} has no RoPE to chunk"
+
+  def apply(self, spec):
+    if spec.rotary is None:
+      return spec
+    return spec.replace(dca_chunk=self.dca_chunk)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
 class String(InferenceMethod):
   """STRING: relative distances from S on are shifted down to t - S + W, so the largest distances
   (the least trained) are replaced by well-trained ones; the defaults are HKUNLP/STRING's (S a

@@ -51,6 +51,7 @@ class AttentionSpec:
       at grouped positions (group size G) instead of ReRoPE's clipped one.
     string_window: with rerope_window (STRING's shift S), STRING: distances t >= S become
       t - S + string_window.
+    dca_chunk: dual chunk attention's chunk size s (its c is the training length).
     window: keep keys with 0 <= i - j < window.
     sink_tokens: with window, also keep keys j < sink_tokens (StreamingLLM).
     alibi_slopes: one slope per head; the bias -m (i - j) is added to the scores.
@@ -71,6 +72,7 @@ class AttentionSpec:
   leaky_rerope_factor: float | None = None
   self_extend_group: int | None = None
   string_window: int | None = None
+  dca_chunk: int | None = None
   window: int | None = None
   sink_tokens: int | None = None
   alibi_slopes: tuple[float, ...] | None = None
@@ -131,6 +133,7 @@ def attention_kwargs(spec: AttentionSpec, *, rotary_dim: int, train_length: int,
   kwargs.update(
       rerope_window=spec.rerope_window, leaky_rerope_factor=spec.leaky_rerope_factor,
       self_extend_group=spec.self_extend_group, string_window=spec.string_window,
+      dca_chunk=spec.dca_chunk, dca_length=train_length if spec.dca_chunk else None,
       scale_invariant_tau=spec.scale_invariant_tau,
       logit_scale=spec.logit_scale, llama4_temperature=spec.llama4_temperature,
       posthoc_ssmax=spec.posthoc_ssmax,

@@ -63,7 +63,8 @@ def _padded(side: Side, size: int) -> Side:
               positions=_pad_to(side.positions, size, "edge"),
               index=jnp.arange(size, dtype=side.index.dtype),
               multiplier=_pad_to(side.multiplier, size, "edge"),
-              decay=_pad_to(side.decay, size, "edge"))
+              decay=_pad_to(side.decay, size, "edge"),
+              farthest=_pad_to(side.farthest, size, "constant"))
 
 
 def _slice(x, start, size: int):
@@ -81,13 +82,13 @@ def _add_at(buffer, start, update):
 
 
 def _floats(side: Side):
-  """The differentiable parts of a side: (near, far, multiplier, decay)."""
-  return side.near, side.far, side.multiplier, side.decay
+  """The differentiable parts of a side: (near, far, multiplier, decay, farthest)."""
+  return side.near, side.far, side.multiplier, side.decay, side.farthest
 
 
 def _side(floats, positions, index) -> Side:
-  near, far, multiplier, decay = floats
-  return Side(near, far, positions, index, multiplier, decay)
+  near, far, multiplier, decay, farthest = floats
+  return Side(near, far, positions, index, multiplier, decay, farthest)
 
 
 def _zeros_like(x, reference):

@@ -69,6 +69,8 @@ def expressible(mods, shape):
     return "scale-invariant attention multiplies each score by a factor of its distance"
   if needs_whole_rows(mods):
     return needs_whole_rows(mods)
+  if mods.dca_chunk is not None:
+    return "dual chunk attention chooses among three rotations by chunk"
   if rerope and (mods.alibi_slopes is not None or mods.score_bias is not None):
     return "ReRoPE with a score bias (ALiBi, KERPLE, FIRE) is not composed"
   if shape.value_size % shape.size:
