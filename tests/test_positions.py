@@ -40,6 +40,16 @@ def _check(got, expected, atol=3e-5):
   np.testing.assert_allclose(np.asarray(got), expected, atol=atol, rtol=atol)
 
 
+def _column_kwargs(name, *, at, train_length, rope=True, logn_base=None, **knobs):
+  """attend's keyword arguments of a layer (RoPE with base 100, or none) under inference method
+  `name` at length `at` for a model trained at `train_length`, and the resolved column."""
+  column = positions.EvalColumn(positions.inference_method(name, **knobs)).at(at, train_length)
+  layer = positions.AttentionSpec(rotary=positions.RotarySpec(base=100.0) if rope else None)
+  kwargs = positions.attention_kwargs(column.apply(layer), rotary_dim=S,
+                                      train_length=train_length, seq_length=T, logn_base=logn_base)
+  return kwargs, column
+
+
 @pytest.mark.parametrize("heads", [1, 2, 3, 4, 5, 6, 8, 12, 16])
 def test_alibi_slopes_match_the_paper(heads):
   np.testing.assert_allclose(positions.alibi_slopes(heads), ref.alibi_slopes(heads), rtol=1e-12)
@@ -355,10 +365,7 @@ def test_scale_invariant(opts, block):
 def test_temperature_rules(name, knobs, beta):
   """The temperature rules at 4x the training length: every score times beta (NumPy: kappa_i =
   beta), on top of a trained log n's factor."""
-  column = positions.EvalColumn(positions.inference_method(name, **knobs)).at(4 * T, T)
-  spec = column.apply(positions.AttentionSpec(rotary=positions.RotarySpec(base=100.0)))
-  kwargs = positions.attention_kwargs(spec, rotary_dim=S, train_length=T, seq_length=T,
-                                      logn_base=6.0)
+  kwargs, _ = _column_kwargs(name, at=4 * T, train_length=T, logn_base=6.0, **knobs)
   q, k, v = _inputs(8)
   got, _ = attend(q, k, v, variant="kna", **kwargs)
   kappa = [beta * math.log(i + 1) / math.log(6.0) for i in range(T)]
@@ -404,11 +411,8 @@ def test_stick_breaking_is_stable_at_16k_tokens():
 @pytest.mark.parametrize("shift, window", [(5, 2), (4, 0), (3, 3)])
 def test_string(shift, window, block):
   """STRING against the NumPy reference's shifted relative positions; its defaults and refusals."""
-  column = positions.EvalColumn(positions.inference_method(
-      "string", string_shift=shift, string_window=window)).at(T, T)
-  spec = column.apply(positions.AttentionSpec(rotary=positions.RotarySpec(base=100.0)))
-  kwargs = positions.attention_kwargs(spec, rotary_dim=S, train_length=T, seq_length=T,
-                                      logn_base=None)
+  kwargs, _ = _column_kwargs("string", at=T, train_length=T, string_shift=shift,
+                             string_window=window)
   q, k, v = _inputs(10)
   got, _ = attend(q, k, v, variant="kna", query_block=block, **kwargs)
   _check(got, _per_head_reference(q, k, v, lambda h: dict(
@@ -429,10 +433,7 @@ def test_string(shift, window, block):
 def test_query_temperature_rules(name, knobs, factor):
   """Llama 4's temperature tuning (on a layer without RoPE) and post-hoc SSMax: query i's scores
   times the rule's factor (NumPy: kappa_i)."""
-  column = positions.EvalColumn(positions.inference_method(name, **knobs)).at(T, T // 2)
-  spec = column.apply(positions.AttentionSpec())
-  kwargs = positions.attention_kwargs(spec, rotary_dim=S, train_length=T // 2, seq_length=T,
-                                      logn_base=None)
+  kwargs, column = _column_kwargs(name, at=T, train_length=T // 2, rope=False, **knobs)
   q, k, v = _inputs(11)
   got, _ = attend(q, k, v, variant="baseline", **kwargs)
   kappa = [factor(i) for i in range(T)]
@@ -466,10 +467,7 @@ def test_cope(variant, npos, window, block):
 def test_dca(chunk, train, block):
   """Dual chunk attention against the NumPy reference's chunked relative positions (queries in
   their own, the next and later chunks at T = 12)."""
-  column = positions.EvalColumn(positions.inference_method("dca", dca_chunk=chunk)).at(T, train)
-  spec = column.apply(positions.AttentionSpec(rotary=positions.RotarySpec(base=100.0)))
-  kwargs = positions.attention_kwargs(spec, rotary_dim=S, train_length=train, seq_length=T,
-                                      logn_base=None)
+  kwargs, _ = _column_kwargs("dca", at=T, train_length=train, dca_chunk=chunk)
   q, k, v = _inputs(14)
   got, _ = attend(q, k, v, variant="kna", query_block=block, **kwargs)
   _check(got, _per_head_reference(q, k, v, lambda h: dict(

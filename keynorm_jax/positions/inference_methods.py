@@ -7,6 +7,7 @@ layer's AttentionSpec.
 
 import dataclasses
 import math
+import typing
 
 from keynorm_jax.positions.registry import Method, Registry, knob
 from keynorm_jax.positions.spec import AttentionSpec
@@ -160,12 +161,26 @@ class Llama3(RopeScaling):
                 high_freq_factor=self.high_freq_factor)
 
 
+@dataclasses.dataclass(frozen=True)
+class RelativeRewrite(InferenceMethod):
+  """Base of the methods that change the relative positions a RoPE layer scores at (ReRoPE,
+  Self-Extend, DCA, STRING): `spec_changes()` on the layers with RoPE, the others as they are."""
+  verb: typing.ClassVar[str] = "change"   # in the skip reason: "<method> has no RoPE to <verb>"
+
+  def skip_reason(self, method, num_heads, trained_scaling="none"):
+    return None if method.rotary else f"{method.name} has no RoPE to {self.verb}"
+
+  def apply(self, spec):
+    return spec if spec.rotary is None else spec.replace(**self.spec_changes())
+
+
 @register
 @dataclasses.dataclass(frozen=True)
-class ReRoPE(InferenceMethod):
+class ReRoPE(RelativeRewrite):
   name = "rerope"
   summary = "relative positions clipped at a window"
   paper = "Su 2023, kexue.fm/archives/9708 (bojone/rerope)"
+  verb = "clip"
   rerope_window: int | None = knob(None, "ReRoPE window w; default train_length / 2")
 
   def __post_init__(self):
@@ -174,21 +189,17 @@ class ReRoPE(InferenceMethod):
   def at(self, length, train_length):
     return dataclasses.replace(self, rerope_window=self.rerope_window or train_length // 2)
 
-  def skip_reason(self, method, num_heads, trained_scaling="none"):
-    return None if method.rotary else f"{method.name} has no RoPE to clip"
-
-  def apply(self, spec):
-    if spec.rotary is None:
-      return spec
-    return spec.replace(rerope_window=self.rerope_window)
+  def spec_changes(self):
+    return dict(rerope_window=self.rerope_window)
 
 
 @register
 @dataclasses.dataclass(frozen=True)
-class LeakyReRoPE(InferenceMethod):
+class LeakyReRoPE(RelativeRewrite):
   name = "leaky_rerope"
   summary = "relative positions past a window compressed by k"
   paper = "Su 2023, kexue.fm/archives/9708 (bojone/rerope)"
+  verb = "clip"
   leaky_rerope_window: int | None = knob(None, "leaky ReRoPE window; default train_length / 4")
   leaky_rerope_factor: float = knob(16.0, "leaky ReRoPE k: t -> w + (t - w) / k")
 
@@ -200,19 +211,14 @@ class LeakyReRoPE(InferenceMethod):
     return dataclasses.replace(
         self, leaky_rerope_window=self.leaky_rerope_window or train_length // 4)
 
-  def skip_reason(self, method, num_heads, trained_scaling="none"):
-    return None if method.rotary else f"{method.name} has no RoPE to clip"
-
-  def apply(self, spec):
-    if spec.rotary is None:
-      return spec
-    return spec.replace(rerope_window=self.leaky_rerope_window,
+  def spec_changes(self):
+    return dict(rerope_window=self.leaky_rerope_window,
                         leaky_rerope_factor=self.leaky_rerope_factor)
 
 
 @register
 @dataclasses.dataclass(frozen=True)
-class SelfExtend(InferenceMethod):
+class SelfExtend(RelativeRewrite):
   """Self-Extend: exact positions within the neighbor window, grouped ones beyond it.
 
   The paper's code defaults (G = 8, W = 1024) are for 4k-token Llamas; here W defaults to a quarter
@@ -222,6 +228,7 @@ class SelfExtend(InferenceMethod):
   name = "self_extend"
   summary = "exact positions within a neighbor window, floor(p / G) beyond it"
   paper = "Jin et al. 2024, LLM Maybe LongLM: Self-Extend (arXiv 2401.01325)"
+  verb = "group"
   self_extend_window: int | None = knob(None, "Self-Extend neighbor window W; default "
                                         "train_length / 4")
   self_extend_group: int | None = knob(None, "Self-Extend group size G; default the smallest with "
@@ -237,13 +244,8 @@ class SelfExtend(InferenceMethod):
     group = self.self_extend_group or max(1, math.ceil((length - window) / room))
     return dataclasses.replace(self, self_extend_window=window, self_extend_group=group)
 
-  def skip_reason(self, method, num_heads, trained_scaling="none"):
-    return None if method.rotary else f"{method.name} has no RoPE to group"
-
-  def apply(self, spec):
-    if spec.rotary is None:
-      return spec
-    return spec.replace(rerope_window=self.self_extend_window,
+  def spec_changes(self):
+    return dict(rerope_window=self.self_extend_window,
                         self_extend_group=self.self_extend_group)
 
 
@@ -305,7 +307,7 @@ class PosthocSSMax(InferenceMethod):
 
 @register
 @dataclasses.dataclass(frozen=True)
-class DCA(InferenceMethod):
+class DCA(RelativeRewrite):
   """Dual chunk attention, as the paper's equations 2-8 with its local window w = c - s: keys at
   p_j mod s; a query scores its own chunk at the true positions, the previous chunk from
   min(s + p_i mod s, c - 1) and every earlier chunk from c - 1 (c = the training length). The
@@ -313,6 +315,7 @@ class DCA(InferenceMethod):
   name = "dca"
   summary = "dual chunk attention: intra-, successive- and inter-chunk position indices"
   paper = "An et al. 2024, Training-Free Long-Context Scaling of Large Language Models (arXiv 2402.17463)"
+  verb = "chunk"
   dca_chunk: int | None = knob(None, "DCA chunk size s; default 3/4 of train_length")
 
   def __post_init__(self):
@@ -325,18 +328,13 @@ class DCA(InferenceMethod):
                        f"(the successive chunk's queries sit up to c - 1).")
     return dataclasses.replace(self, dca_chunk=chunk)
 
-  def skip_reason(self, method, num_heads, trained_scaling="none"):
-    return None if method.rotary else f"{method.name} has no RoPE to chunk"
-
-  def apply(self, spec):
-    if spec.rotary is None:
-      return spec
-    return spec.replace(dca_chunk=self.dca_chunk)
+  def spec_changes(self):
+    return dict(dca_chunk=self.dca_chunk)
 
 
 @register
 @dataclasses.dataclass(frozen=True)
-class String(InferenceMethod):
+class String(RelativeRewrite):
   """STRING: relative distances from S on are shifted down to t - S + W, so the largest distances
   (the least trained) are replaced by well-trained ones; the defaults are HKUNLP/STRING's (S a
   third of the training length, W 128, no more than S). Its code also multiplies cos and sin by
@@ -344,6 +342,7 @@ class String(InferenceMethod):
   name = "string"
   summary = "distances t >= S shifted to t - S + W (STRING)"
   paper = "An et al. 2024, Why Does the Effective Context Length of LLMs Fall Short? (arXiv 2410.18745)"
+  verb = "shift"
   string_shift: int | None = knob(None, "STRING shift S; default a third of train_length")
   string_window: int | None = knob(None, "STRING local window W; default 128 (at most S)")
 
@@ -360,13 +359,8 @@ class String(InferenceMethod):
     window = self.string_window if self.string_window is not None else min(128, shift)
     return dataclasses.replace(self, string_shift=shift, string_window=window)
 
-  def skip_reason(self, method, num_heads, trained_scaling="none"):
-    return None if method.rotary else f"{method.name} has no RoPE to shift"
-
-  def apply(self, spec):
-    if spec.rotary is None:
-      return spec
-    return spec.replace(rerope_window=self.string_shift, string_window=self.string_window)
+  def spec_changes(self):
+    return dict(rerope_window=self.string_shift, string_window=self.string_window)
 
 
 @dataclasses.dataclass(frozen=True)
