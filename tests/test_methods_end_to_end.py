@@ -1,5 +1,5 @@
-"""Every training-time position method trains (tiny size, a few steps) and is evaluated with every
-inference-time method: applicable ones give finite accuracies, the others are skipped with a
+"""Every training-time position method trains (tiny size, a few steps) and is evaluated at 4x its
+training length with every inference-time method: applicable ones give finite accuracies, the others are skipped with a
 reason, and lengths past a learned table are reported as not applicable."""
 
 import math
@@ -16,10 +16,14 @@ from train_helpers import tiny_config
 pytestmark = pytest.mark.slow
 
 # One attention variant per method, alternating, so both Baseline and KNA meet every kind.
-CASES = [("kna" if i % 2 else "baseline") + "_" + name
+# The methods of 2025 on the Transformer, as their papers train them.
+ON_THE_TRANSFORMER = ("scale_invariant", "drope", "fox", "cope", "rnope_swa")
+CASES = [("transformer_" if name in ON_THE_TRANSFORMER else "")
+         + ("kna" if i % 2 else "baseline") + "_" + name
          for i, name in enumerate(positions.TRAINING_METHODS.names())]
-# Stick-breaking attention (no softmax), as its paper trains it: without positions.
-CASES += ["transformer_stickbreaking_nope"]
+# Stick-breaking attention (no softmax), as its paper trains it: without positions; and a
+# Transformer RoPE run under every inference method.
+CASES += ["transformer_stickbreaking_nope", "transformer_kna_rope"]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -30,7 +34,7 @@ def test_trains_and_evaluates_with_every_applicable_method(name, data_dir, tmp_p
   run = load_run(tmp_path)
   columns = make_columns(positions.INFERENCE_METHODS.names(), posthoc_logn=False)
   messages = []
-  records = evaluate_run(run, lengths=[32], columns=columns, num_windows=1,
+  records = evaluate_run(run, lengths=[64], columns=columns, num_windows=1,   # 4x
                          progress=messages.append, include_train_length=False)
   method = positions.training_method(config.model.position)
   expected = {c.label for c in columns if not c.method.skip_reason(method, 1)}
