@@ -1,6 +1,7 @@
 """Every training-time position method trains (tiny size, a few steps) and is evaluated at 4x its
-training length with every inference-time method: applicable ones give finite accuracies, the others are skipped with a
-reason, and lengths past a learned table are reported as not applicable."""
+training length (with every inference-time method for three of them): applicable ones give finite
+accuracies, the others are skipped with a reason, and lengths past a learned table are reported as
+not applicable."""
 
 import math
 
@@ -22,8 +23,12 @@ CASES = [("transformer_" if name in ON_THE_TRANSFORMER else "")
          + ("kna" if i % 2 else "baseline") + "_" + name
          for i, name in enumerate(positions.TRAINING_METHODS.names())]
 # Stick-breaking attention (no softmax), as its paper trains it: without positions; and a
-# Transformer RoPE run under every inference method.
+# Transformer RoPE run.
 CASES += ["transformer_stickbreaking_nope", "transformer_kna_rope"]
+# Evaluated with every inference method: a RoPE run (the RoPE rewrites and scalings), an ALiBi run
+# (its scalings) and HWFA (RoPE layers and a layer without). The others with the two that apply to
+# every model (the suite's time), the skips of the rest checked in test_skips_say_why.
+EVERY_METHOD = ("transformer_kna_rope", "baseline_alibi", "baseline_hwfa")
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -32,7 +37,8 @@ def test_trains_and_evaluates_with_every_applicable_method(name, data_dir, tmp_p
                        checkpoint_every_steps=2, eval_windows=2)
   training.train_and_evaluate(config, tmp_path)
   run = load_run(tmp_path)
-  columns = make_columns(positions.INFERENCE_METHODS.names(), posthoc_logn=False)
+  names = positions.INFERENCE_METHODS.names() if name in EVERY_METHOD else ("none", "window")
+  columns = make_columns(names, posthoc_logn=False)
   messages = []
   records = evaluate_run(run, lengths=[64], columns=columns, num_windows=1,   # 4x
                          progress=messages.append, include_train_length=False)

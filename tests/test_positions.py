@@ -297,6 +297,19 @@ def test_skips_say_why():
   assert "no ALiBi" in positions.inference_method("alibi_interpolate").skip_reason(rope, 4)
   assert "several heads" in positions.inference_method("ntk_alibi").skip_reason(alibi, 1)
   assert positions.inference_method("window").skip_reason(alibi, 1) is None
+  # The methods of 2025: the RoPE rewrites apply where a RoPE is, Llama 4's rule where a layer
+  # has none.
+  method = {n: positions.training_method(n) for n in ("fox", "cope", "drope", "scale_invariant",
+                                                      "rnope_swa")}
+  for name, verb in (("self_extend", "group"), ("dca", "chunk"), ("string", "shift"),
+                     ("rerope", "clip")):
+    inference = positions.inference_method(name)
+    for position in ("fox", "cope", "drope"):
+      assert f"{position} has no RoPE to {verb}" == inference.skip_reason(method[position], 4)
+    assert inference.skip_reason(method["scale_invariant"], 4) is None
+  llama4 = positions.inference_method("llama4_temperature")
+  assert "every scale_invariant layer has RoPE" in llama4.skip_reason(method["scale_invariant"], 4)
+  assert llama4.skip_reason(method["rnope_swa"], 4) is None
 
 
 def test_posthoc_logn_scales_scores_not_q():
