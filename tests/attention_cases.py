@@ -68,19 +68,13 @@ CASES = {
     "fire_sinks": dict(variant="baseline", inv_freq=INV, window=8, sink_tokens=2,
                        score_bias=learned_bias(FireBias(H, 16))),
     "self_extend": dict(variant="kna", inv_freq=INV, rerope_window=6, self_extend_group=3),
-    "scale_invariant": dict(variant="baseline", inv_freq=INV * np.array([1, 1, 0, 0], np.float32),
-                            scale_invariant_tau=3.0),
-    "scale_invariant_sinks": dict(variant="kna", inv_freq=INV, window=7, sink_tokens=2,
-                                  scale_invariant_tau=10.0),
-    "stickbreaking": dict(variant="stickbreaking"),
+    "scale_invariant_sinks": dict(variant="kna", window=7, sink_tokens=2, scale_invariant_tau=10.0,
+                                  inv_freq=INV * np.array([1, 1, 0, 0], np.float32)),  # p-RoPE
     "stickbreaking_window_rope": dict(variant="stickbreaking", inv_freq=INV, window=9),
     "string": dict(variant="baseline", inv_freq=INV, rerope_window=9, string_window=3),
-    "cope": dict(variant="baseline",
-                 cope_embeddings=np.random.default_rng(6).normal(size=(S, 40)).astype(np.float32)),
     "cope_kna_window": dict(variant="kna", window=9, cope_embeddings=np.random.default_rng(7).normal(
         size=(S, 5)).astype(np.float32)),   # positions reach the cap npos - 1 = 4
     "dca": dict(variant="kna", inv_freq=INV, dca_chunk=6, dca_length=8),
-    "fox": dict(variant="baseline", log_forget=log_forget(4)),
     "fox_window_kna": dict(variant="kna", window=9, log_forget=log_forget(5)),
     "shifted_positions": dict(variant="kna", inv_freq=INV, window=10,
                               positions=np.arange(T) + 1000),

@@ -94,11 +94,11 @@ SETTINGS = {
     "p_rope": ["none", "ntk"],
     "randomized_rope": ["none", "yarn"],
     "hwfa": ["none", "window"],
-    "rnope_swa": ["none", "window"],
+    "rnope_swa": ["none"],
     "alibi": ["none", "alibi_interpolate", "ntk_alibi", "window", "posthoc_logn",
               "posthoc_ssmax"],
     "nope": ["none", "window", "streaming", "posthoc_logn", "llama4_temperature"],
-    "drope": ["none", "drope_temperature"],   # NoPE once trained
+    "drope": ["drope_temperature"],   # NoPE once trained
     "kerple_log": ["none", "window", "streaming"],
     "fire": ["none", "window"],
 }

@@ -69,7 +69,7 @@ def _our_logits(folder, tokens, dtype="float32"):
                                  np.float32)
 
 
-TOKENS = np.random.default_rng(11).integers(0, 64, size=40).astype(np.int32)
+TOKENS = np.random.default_rng(11).integers(0, 64, size=24).astype(np.int32)
 LLAMA3 = dict(rope_type="llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0,
               original_max_position_embeddings=64)
 YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32)

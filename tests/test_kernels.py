@@ -21,13 +21,13 @@ from attention_cases import CASES, E, H, S, T, inputs
 REFUSED = {
     "reference": set(),
     "cpu": set(),
-    "blocked": {"stickbreaking", "stickbreaking_window_rope", "cope", "cope_kna_window"},  # rows
+    "blocked": {"stickbreaking_window_rope", "cope_kna_window"},  # whole rows of keys
     # A window or ReRoPE over explicit positions (the calls count indices).
     # ReRoPE with a score bias (not composed).
     # FoX's data-dependent bias; scale-invariant's factor on each score; stick-breaking.
     "xla": {"shifted_positions", "random_positions_per_row", "random_positions_rerope",
-            "rerope_alibi", "fox", "fox_window_kna", "scale_invariant", "scale_invariant_sinks",
-            "stickbreaking", "stickbreaking_window_rope", "cope", "cope_kna_window", "dca"},
+            "rerope_alibi", "fox_window_kna", "scale_invariant_sinks", "stickbreaking_window_rope",
+            "cope_kna_window", "dca"},
     "cudnn": set(CASES) | {"values_wider"},   # refused on a CPU: "cuDNN runs on a GPU only"
 }
 BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]

@@ -26,9 +26,9 @@ CASES = [("transformer_" if name in ON_THE_TRANSFORMER else "")
 # Transformer RoPE run.
 CASES += ["transformer_stickbreaking_nope", "transformer_kna_rope"]
 # Evaluated with every inference method: a RoPE run (the RoPE rewrites and scalings), an ALiBi run
-# (its scalings) and HWFA (RoPE layers and a layer without). The others with the two that apply to
-# every model (the suite's time), the skips of the rest checked in test_skips_say_why.
-EVERY_METHOD = ("transformer_kna_rope", "baseline_alibi", "baseline_hwfa")
+# (its scalings) and a NoPE run (Llama 4's rule, the temperatures). The others with the two that
+# apply to every model (the suite's time), the skips of the rest checked in test_skips_say_why.
+EVERY_METHOD = ("transformer_kna_rope", "baseline_alibi", "baseline_nope")
 
 
 @pytest.mark.parametrize("name", CASES)
