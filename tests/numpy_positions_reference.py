@@ -215,17 +215,19 @@ def xpos_zeta(S, gamma=0.4):
   return np.array([(2.0 * m / S + gamma) / (1.0 + gamma) for m in range(S // 2)])
 
 
-def xpos_scores(q, k, inv_freq, gamma=0.4, scale_base=512):
+def xpos_scores(q, k, inv_freq, gamma=0.4, scale_base=512, relative=None):
   """Raw dot products of xPos q_i (rotated by i, pair m scaled by zeta_m^(i/B)) and k_j (rotated by j, scaled by
   zeta_m^(-j/B)), B = scale_base. Written as Re(sum_m zq zk* e^{1j (i-j) theta_m}) zeta_m^((i-j)/B), which equals
-  the product of the scaled vectors exactly (torchscale's centring min_pos = -(T // 2) cancels). All (i, j) filled."""
+  the product of the scaled vectors exactly (torchscale's centring min_pos = -(T // 2) cancels). All (i, j) filled.
+  relative(i, j): the distance both the rotation and the decay use instead of i - j (ReRoPE's
+  clipped one, for an inference method on an xPos model)."""
   T, S = q.shape
   zeta = xpos_zeta(S, gamma)
   zq, zk = as_complex(q.astype(np.float64)), as_complex(k.astype(np.float64))
   out = np.zeros((T, T))
   for i in range(T):
     for j in range(T):
-      t = i - j
+      t = i - j if relative is None else relative(i, j)
       out[i, j] = np.sum(np.real(zq[i] * np.conj(zk[j]) * np.exp(1j * t * inv_freq)) * zeta**(t / scale_base))
   return out
 

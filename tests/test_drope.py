@@ -33,11 +33,20 @@ def test_rope_then_nope_and_an_exact_resume(tmp_path, data_dir):
                               stop_after_steps=5)
   training.train_and_evaluate(_config("transformer_baseline_drope", data_dir), tmp_path / "again")
   assert losses(tmp_path / "again") == drope
+  # Extending the run would move the switch (a share of num_train_steps): refused, nothing lost.
+  longer = _config("transformer_baseline_drope", data_dir)
+  longer.num_train_steps = 8
+  with pytest.raises(run_config.ConfigError, match="would move the switch"):
+    training.train_and_evaluate(longer, tmp_path / "drope", allow_config_change=("num_train_steps",))
+  assert losses(tmp_path / "drope") == drope
 
 
-@pytest.mark.parametrize("share", [1.0, -0.5])
-def test_a_drop_share_outside_0_1_is_refused(tmp_path, data_dir, share):
+@pytest.mark.parametrize("share, message", [
+    (1.0, r"drop_share must be in \[0, 1\)"), (-0.5, r"drop_share must be in \[0, 1\)"),
+    (0.05, "leaves no step for its last phase"),   # 0.95 x 6 rounds to 6
+])
+def test_a_drop_share_outside_0_1_or_of_no_step_is_refused(tmp_path, data_dir, share, message):
   config = _config("transformer_baseline_drope", data_dir)
   config.model.position_options.drop_share = share
-  with pytest.raises(run_config.ConfigError, match=r"drop_share must be in \[0, 1\)"):
+  with pytest.raises(run_config.ConfigError, match=message):
     training.train_and_evaluate(config, tmp_path)

@@ -195,7 +195,9 @@ def test_a_trained_scaling_round_trips_through_the_export(tmp_path):
   assert back.trained_rope_scaling == cfg.trained_rope_scaling
   np.testing.assert_allclose(TransformerLM(back).apply({"params": back_params}, tokens),
                              TransformerLM(cfg).apply({"params": params}, tokens), atol=1e-5)
+  yarn_elsewhere = {"type": "yarn", "factor": 2.0, "original_length": 32}
   for change, message in ((dict(rope_scaling={"type": "ntk", "factor": 2.0}), "ntk"),
+                          (dict(rope_scaling=yarn_elsewhere), "yarn from another length"),
                           (dict(qkv_bias=True), "q, k and v have biases")):
     with pytest.raises(ConfigError, match=message):
       export(dataclasses.replace(cfg, **change), params, tmp_path / "other")

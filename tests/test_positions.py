@@ -168,14 +168,18 @@ def test_learned_positions_refuse_a_sequence_past_the_table():
 
 
 @pytest.mark.parametrize("block", BLOCKS)
-def test_xpos(block):
+@pytest.mark.parametrize("rerope", [None, 4])
+def test_xpos(block, rerope):
+  """xPos, and ReRoPE on an xPos model: the decay at the distance the rotation uses (clipped)."""
   q, k, v = _inputs(7, heads=1)
   got, _ = attend(q, k, v, variant="baseline", inv_freq=INV.astype(np.float32), xpos_gamma=0.4,
-                  xpos_scale_base=8.0, query_block=block)  # a small scale base: strong decay
+                  xpos_scale_base=8.0, query_block=block,   # a small scale base: strong decay
+                  rerope_window=rerope)
+  relative = None if rerope is None else (lambda i, j: min(i - j, rerope))
   expected = np.zeros_like(np.asarray(got), dtype=np.float64)
   for b in range(B):
     qb, kb = q[b, :, 0].astype(np.float64), k[b, :, 0].astype(np.float64)
-    scores = ref.xpos_scores(qb, kb, INV, 0.4, 8.0) / math.sqrt(S)
+    scores = ref.xpos_scores(qb, kb, INV, 0.4, 8.0, relative) / math.sqrt(S)
     # ref.attention without RoPE scores q.k / sqrt(S); the rest of the xPos score is the bias.
     expected[b, :, 0] = ref.attention(qb, kb, v[b, :, 0], variant="baseline",
                                       bias=scores - qb @ kb.T / math.sqrt(S))

@@ -198,18 +198,19 @@ def _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale
   return multiplier
 
 
-def _xpos_scale(positions_BxT, inv_freq, gamma, scale_base, sign):
+def _xpos_scale(positions_BxT, centre_Bx1, inv_freq, gamma, scale_base, sign):
   """[B, T, 1, S] xPos factor zeta_m^(sign (p - c) / scale_base) on both halves of pair m.
 
   zeta_m = (2m/S + gamma) / (1 + gamma) over the pair index m (m = 0 the highest frequency). The
-  positions are centred on c = the middle of each row's positions; q and k use the same c, so
-  scores (zeta^((p_i - p_j) / scale_base)) do not change while the factors stay near 1.
+  positions are centred on c = the middle of each row's true positions, one c for every rotation
+  of a call (the far ones of ReRoPE, sinks, Self-Extend, STRING and DCA too), so that a score
+  decays as zeta^((p_i - p_j) / scale_base) at the distance its rotations place it at, while the
+  factors stay near 1.
   """
   pairs = inv_freq.shape[-1]
   zeta = (jnp.arange(pairs, dtype=jnp.float32) * 2 / (2 * pairs) + gamma) / (1 + gamma)
   p = positions_BxT.astype(jnp.float32)
-  centre = (p.max(axis=1, keepdims=True) + p.min(axis=1, keepdims=True)) / 2
-  power = sign * (p - centre) / scale_base
+  power = sign * (p - centre_Bx1) / scale_base
   scale = zeta ** power[:, :, None, None]                                    # [B, T, 1, S/2]
   return jnp.concatenate([scale, scale], axis=-1)
 
@@ -258,6 +259,10 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
                                 llama4_temperature, posthoc_ssmax),
       (batch, length, heads))
 
+  true_positions = positions_BxT.astype(jnp.float32)
+  xpos_centre = (true_positions.max(axis=1, keepdims=True)
+                 + true_positions.min(axis=1, keepdims=True)) / 2
+
   def rotate(x, positions_at, sign, table=None):
     if inv_freq is None:
       return x
@@ -265,7 +270,7 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
       table = rope_table(positions_at[:, :, None], inv_freq)
     x = rotate_by(x, table)
     if xpos_gamma is not None:
-      x = x * _xpos_scale(positions_at, inv_freq, xpos_gamma, xpos_scale_base, sign)
+      x = x * _xpos_scale(positions_at, xpos_centre, inv_freq, xpos_gamma, xpos_scale_base, sign)
     return x
 
   # q and k at their own positions share one table, over the positions as given ([T] or [B, T])

@@ -37,8 +37,8 @@ def refusal(cfg: ModelConfig):
       (not cfg.qkv_bias, "its q, k and v have biases (Llama's have none)"),
       (not cfg.output_gate, "its attention output is gated (Llama's is not)"),
       (_hf_rope_scaling(cfg) is not False, "Hugging Face's rope_scaling has no kind that computes "
-                                           "its own RoPE scaling (ntk, or dynamic from another "
-                                           "length)"),
+                                           "its own RoPE scaling (ntk, or dynamic or yarn from "
+                                           "another length than the training length)"),
   ]
   return next((reason for ok, reason in checks if not ok), None)
 
@@ -51,12 +51,14 @@ def _hf_rope_scaling(cfg: ModelConfig):
     return None
   kind = {ours: hf for hf, ours in ROPE_TYPES.items()}.get(scaling["type"])
   original = scaling["original_length"] or cfg.train_length
-  if kind is None or (kind == "dynamic" and original != cfg.train_length):
-    return False  # dynamic scales from max_position_embeddings, the training length
+  # dynamic scales from max_position_embeddings (the training length); so does yarn without
+  # original_max_position_embeddings, which newer transformers versions would read as
+  # factor = max_position_embeddings / original_max_position_embeddings.
+  if kind is None or (kind in ("dynamic", "yarn") and original != cfg.train_length):
+    return False
   out = {"rope_type": kind, "factor": scaling["factor"]}
   if kind == "yarn":
-    out.update(beta_fast=scaling["beta_fast"], beta_slow=scaling["beta_slow"],
-               original_max_position_embeddings=original)
+    out.update(beta_fast=scaling["beta_fast"], beta_slow=scaling["beta_slow"])
   if kind == "llama3":
     out.update(low_freq_factor=scaling["low_freq_factor"],
                high_freq_factor=scaling["high_freq_factor"],

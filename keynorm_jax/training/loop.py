@@ -36,7 +36,7 @@ from keynorm_jax.training.loss import token_scores
 from keynorm_jax.models import count_params, init_params
 from keynorm_jax.training.metrics_writer import MetricsWriter
 from keynorm_jax.training.optimizer import learning_rate_schedule, make_optimizer
-from keynorm_jax.training.phases import phase_of, training_phases
+from keynorm_jax.training.phases import check_resume, phase_of, training_phases
 
 # Keys that may change when a stopped run is continued (they do not change what is computed);
 # optimizer settings may change too when allowed explicitly (see config_changes.py).
@@ -240,6 +240,7 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
   else:
     changed = config_changes.resume_changes(restored.config_dict, restored.history, user_config,
                                             config.to_dict(), allow_config_change, workdir)
+    check_resume(config, changed)
     state = restored.state
     batches.set_state(restored.data_state)
   start_step = int(restored.step) if restored else 0

@@ -3,8 +3,10 @@ share of the steps).
 
 Each phase is a model over the same parameters (the methods of a run's phases have none of their
 own), so the state, the optimizer's moments and the learning-rate schedule run on unchanged from one
-phase to the next; which phase a step belongs to follows from its number alone, so a resumed run
-(after kill -9 or preemption) trains each step with the model it would have had.
+phase to the next; which phase a step belongs to follows from its number (and num_train_steps)
+alone, so a resumed run (after kill -9 or preemption) trains each step with the model it would have
+had. Extending such a run (a new num_train_steps) would move the switch: it is refused
+(`check_resume`).
 """
 
 import dataclasses
@@ -12,6 +14,7 @@ import dataclasses
 import ml_collections
 
 from keynorm_jax import positions, run_config
+from keynorm_jax.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,13 +25,18 @@ class Phase:
 
 
 def training_phases(config: ml_collections.ConfigDict) -> list[Phase]:
-  """The phases of a resolved config, in order; one for most methods."""
+  """The phases of a resolved config, in order; one for most methods. ConfigError where the last
+  phase would get no step."""
   final = Phase(config.num_train_steps, run_config.build_model(config), config.model.position)
   method = positions.training_method(config.model.position, config.model.position_options)
   earlier = method.earlier_phase(config.num_train_steps)
   if earlier is None or earlier[0] < 1:
     return [final]
   steps, position = earlier
+  if steps >= config.num_train_steps:
+    raise ConfigError(f"{config.model.position} trains {position} until step {steps} of "
+                      f"{config.num_train_steps}, which leaves no step for its last phase; train "
+                      f"longer or raise its share (model.position_options).")
   early = config.copy_and_resolve_references()
   early.model.position = position
   early.model.position_options = ml_collections.ConfigDict(positions.knob_defaults(position))
@@ -38,3 +46,13 @@ def training_phases(config: ml_collections.ConfigDict) -> list[Phase]:
 def phase_of(phases: list[Phase], step: int) -> int:
   """The index of the phase that trains `step` (1-based)."""
   return next((i for i, phase in enumerate(phases) if step <= phase.last_step), len(phases) - 1)
+
+
+def check_resume(config: ml_collections.ConfigDict, changed: dict) -> None:
+  """ConfigError for a resume that changes num_train_steps of a run with phases (the switch is a
+  share of it: steps after it would go back to the earlier phase)."""
+  if "num_train_steps" in changed and len(training_phases(config)) > 1:
+    old, new = changed["num_train_steps"]
+    raise ConfigError(f"{config.model.position} switches phases at a share of num_train_steps: "
+                      f"changing it from {old} to {new} on resume would move the switch (steps "
+                      f"after it would train as before it). Start a new run to train longer.")
