@@ -35,6 +35,8 @@ EVERY_METHOD = ("transformer_kna_rope", "baseline_alibi", "baseline_nope")
 def test_trains_and_evaluates_with_every_applicable_method(name, data_dir, tmp_path):
   config = tiny_config(name, data_dir=data_dir, train_length=16, num_train_steps=2,
                        checkpoint_every_steps=2, eval_windows=2)
+  if config.model.position == "drope":   # of the two steps, one with RoPE and one without
+    config.model.position_options.drop_share = 0.5
   training.train_and_evaluate(config, tmp_path)
   run = load_run(tmp_path)
   names = positions.INFERENCE_METHODS.names() if name in EVERY_METHOD else ("none", "window")
