@@ -196,6 +196,10 @@ class PRope(Rope):
   paper = "Barbero et al. 2024, Round and Round We Go! (arXiv 2410.06205)"
   fraction: float = knob(0.75, "share p of the pairs that rotate (the highest frequencies)")
 
+  def __post_init__(self):
+    if not 0.0 <= self.fraction <= 1.0:
+      raise ValueError(f"p-RoPE fraction must be in [0, 1], got {self.fraction}.")
+
   def rotary_spec(self, rope_theta):
     return RotarySpec(base=rope_theta, fraction=self.fraction)
 
@@ -273,10 +277,9 @@ class ScaleInvariant(PRope):
   tau: float = knob(10.0, "scale_invariant tau in log(1 + t / tau) (the paper's best, 10)")
 
   def __post_init__(self):
+    super().__post_init__()
     if not self.tau > 0:
       raise ValueError(f"scale_invariant tau must be > 0, got {self.tau}.")
-    if not 0.0 <= self.fraction <= 1.0:
-      raise ValueError(f"p-RoPE fraction must be in [0, 1], got {self.fraction}.")
 
   def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
     return AttentionSpec(rotary=self.rotary_spec(rope_theta), scale_invariant_tau=self.tau)

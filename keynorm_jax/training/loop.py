@@ -218,7 +218,10 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
   validation = eval_windows(validation_tokens, kind="non_repeated", length=config.train_length,
                             count=config.eval_windows, train_length=config.train_length)
 
-  model = run_config.build_model(config)
+  # The phases of the position method (one for most; DroPE: RoPE, then NoPE); the last is the model
+  # as trained.
+  phases = training_phases(config)
+  model = phases[-1].model
   tx = make_optimizer(config)
   schedule = learning_rate_schedule(config)
   state_sharding = sharding.state_shardings(  # replicated, or split over fsdp
@@ -240,7 +243,7 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
   else:
     changed = config_changes.resume_changes(restored.config_dict, restored.history, user_config,
                                             config.to_dict(), allow_config_change, workdir)
-    check_resume(config, changed)
+    check_resume(phases, changed)
     state = restored.state
     batches.set_state(restored.data_state)
   start_step = int(restored.step) if restored else 0
@@ -262,7 +265,6 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
             ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items()), flush=True)
 
   # One jitted step and scorer per phase (DroPE: RoPE, then NoPE), compiled when first used.
-  phases = training_phases(config)
   train_steps = [jax.jit(make_train_step(phase.model, tx, jax.random.PRNGKey(config.seed + 1)),
                          out_shardings=(state_sharding, None), donate_argnums=0)
                  for phase in phases]

@@ -48,11 +48,11 @@ def phase_of(phases: list[Phase], step: int) -> int:
   return next((i for i, phase in enumerate(phases) if step <= phase.last_step), len(phases) - 1)
 
 
-def check_resume(config: ml_collections.ConfigDict, changed: dict) -> None:
+def check_resume(phases: list[Phase], changed: dict) -> None:
   """ConfigError for a resume that changes num_train_steps of a run with phases (the switch is a
   share of it: steps after it would go back to the earlier phase)."""
-  if "num_train_steps" in changed and len(training_phases(config)) > 1:
+  if "num_train_steps" in changed and len(phases) > 1:
     old, new = changed["num_train_steps"]
-    raise ConfigError(f"{config.model.position} switches phases at a share of num_train_steps: "
+    raise ConfigError(f"{phases[-1].position} switches phases at a share of num_train_steps: "
                       f"changing it from {old} to {new} on resume would move the switch (steps "
                       f"after it would train as before it). Start a new run to train longer.")
