@@ -131,17 +131,20 @@ def test_retrieval_tables_read_the_records_by_hand(monkeypatch):
   monkeypatch.setattr(plan, "RETRIEVAL_TASKS", ("passkey", "mqar"))
   def result(task, length, accuracy, method="none"):
     return {"task": task, "length": length, "rope_scaling": method, "accuracy": accuracy}
-  rec = lambda seed, passkey_2x: {
+  rec = lambda seed, passkey_2x, steps=3000: {
       "label": "kna_rope+retrieval50", "seed": seed, "architecture": "gau",
+      "train": {"steps": steps},
       "config": {"train_length": 512, "model": {"position": "rope"}},
       "retrieval": [result("passkey", 512, 1.0), result("passkey", 1024, passkey_2x),
                     result("mqar", 1024, 0.25, "window")]}
-  records = [rec(0, 0.5), rec(1, 0.7), rec(2, 0.9)]
+  records = [rec(0, 0.5), rec(1, 0.7), rec(2, 0.9), rec(1, 0.0, steps=2000)]
   assert retrieval_report.find(records[0], "passkey", 2)["accuracy"] == 0.5
   assert retrieval_report.find(records[0], "mqar", 2) is None                 # only with window
   table = retrieval_report.by_length_table(records, "gau")
-  assert "| `kna_rope+retrieval50` | 100 | 50 |  |" in table                   # seed 0 only
+  assert "| `kna_rope+retrieval50` | 3000 | 100 | 50 |  |" in table            # seed 0 only
   seeds = retrieval_report.seed_table(records)
-  assert "| `kna_rope+retrieval50` | 0, 1, 2 | 100 ± 0 | 70 ± 20 |" in seeds   # mean ± sd
+  # mean ± sd over the seeds trained alike; the one 2000-step record is no spread of them
+  assert "| `kna_rope+retrieval50` | 3000 | 0, 1, 2 | 100 ± 0 | 70 ± 20 |" in seeds
+  assert "| 2000 |" not in seeds
   options = retrieval_report.options_table(records, "gau")
-  assert "| `kna_rope+retrieval50` | window |  |  | 25 |  |" in options
+  assert "| `kna_rope+retrieval50` | 3000 | window |  |  | 25 |  |" in options

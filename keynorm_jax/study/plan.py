@@ -22,7 +22,9 @@ SCALES = {
     "cpu": dict(train=dict(model_size="cpu", train_length=512, num_train_steps=1000,
                            checkpoint_every_steps=250),
                 windows={1: 16, 8: 16, 16: 8},
-                retrieval_train=dict(num_train_steps=2000)),
+                # 3000 steps: the recipe's 2000 left the RoPE models at 0% on the digit passkey,
+                # 3000 took both to 100% at 1x (RESULTS.md, "Retrieval beyond the training length").
+                retrieval_train=dict(num_train_steps=3000)),
 }
 LENGTH_MULTIPLES = (1, 8, 16)
 OPTION_MULTIPLES = (1, 8)   # the inference-time options are evaluated here; 16x: "none" only
@@ -88,8 +90,9 @@ FIRST = ("transformer_baseline_rope", "transformer_kna_rope", "baseline_rope", "
 # steps 400 and 700) but never copied digits, which the text never shows it. Keys of letters, the
 # text's own alphabet, were retrieved once the copying formed (passkey_letters 40% at step 750,
 # 85% at 2000).
-# So the recipe trains 2000 steps with half the windows copies and half the rest episodes of all
-# three tasks; digit passkey and MQAR stay in the mixture and are reported as measured.
+# So the recipe trains with half the windows copies and half the rest episodes of all three tasks;
+# 2000 steps gave the letters but not the digits or MQAR, which a 3000-step schedule gave both RoPE
+# models (100% digit passkey and 99% MQAR at 1x), so the cpu scale trains 3000 (SCALES).
 RETRIEVAL_TASKS = ("passkey_letters", "passkey", "mqar")
 RETRIEVAL_FRACTION = 0.5
 RETRIEVAL_COPY_FRACTION = 0.5
@@ -99,19 +102,24 @@ RETRIEVAL_ROTARY_OPTIONS = ("yarn", "rerope", "window", "streaming")
 RETRIEVAL_OTHER_OPTIONS = ("window", "streaming")
 RETRIEVAL_PROMPTS = {"tiny": 1, "cpu": 2}  # per task, length and depth (10 depths)
 # The Transformer first: the cpu GAU did not learn to copy in 1000 steps even with half its windows
-# copies (the field study's copy test), nor retrieve in 1000 steps of this recipe.
-RETRIEVAL_FIRST = ("transformer_kna_rope", "transformer_baseline_rope", "kna_rope",
-                   "baseline_rope")
+# copies (the field study's copy test), nor retrieve in 2000 steps of this recipe. KNA RoPE, then
+# what the 2025 question sets beside it (issue: the methods of 2025): scale-invariant p-RoPE,
+# QK-norm, log n + p-RoPE and FoX; then Baseline RoPE.
+RETRIEVAL_FIRST = ("transformer_kna_rope", "transformer_baseline_scale_invariant",
+                   "transformer_qknorm_rope", "transformer_baseline_logn_p_rope",
+                   "transformer_kna_fox", "transformer_baseline_rope", "kna_rope", "baseline_rope")
 RETRIEVAL_SEEDED = ("baseline_rope", "kna_rope", "cosa_logn_rope", "baseline_alibi")
 
 
 def retrieval_runs() -> list[StudyRun]:
   """Baseline and KNA with every training-time position method on both architectures, CosA-log n,
-  QK-norm, stick-breaking; the central four first; then seeds 1 and 2 of RETRIEVAL_SEEDED on both."""
+  QK-norm (RMSNorm and LayerNorm), log n + p-RoPE, stick-breaking; RETRIEVAL_FIRST first; then
+  seeds 1 and 2 of RETRIEVAL_SEEDED on both."""
   names = [f"{prefix}{a}_{p}" for prefix in ("", "transformer_")
            for p in positions.TRAINING_METHODS.names() for a in ("baseline", "kna")]
   names += [f"{prefix}{c}" for prefix in ("", "transformer_")
-            for c in ("cosa_logn_rope", "qkln_rope", "stickbreaking_nope")]
+            for c in ("cosa_logn_rope", "qknorm_rope", "qkln_rope", "baseline_logn_p_rope",
+                      "stickbreaking_nope")]
   names = list(RETRIEVAL_FIRST) + [n for n in names if n not in RETRIEVAL_FIRST]
   seeds = [f"{prefix}{c}" for c in RETRIEVAL_SEEDED for prefix in ("", "transformer_")]
   recipe = dict(copy_fraction=RETRIEVAL_COPY_FRACTION, retrieval_fraction=RETRIEVAL_FRACTION)
@@ -170,10 +178,13 @@ def inference_options(position: str) -> tuple[str, ...]:
 def plan_key(scale: str, retrieval: bool = False) -> str:
   """Identifies the evaluation plan; a record made under another plan is redone."""
   if retrieval:
+    steps = SCALES[scale].get("retrieval_train", {}).get("num_train_steps",
+                                                         SCALES[scale]["train"]["num_train_steps"])
     return (f"{plan_key(scale)}:retrieval={','.join(RETRIEVAL_TASKS)}@"
             f"{'x'.join(map(str, RETRIEVAL_MULTIPLES))}:"
             f"options_at={'x'.join(map(str, RETRIEVAL_OPTION_MULTIPLES))}:"
-            f"prompts={RETRIEVAL_PROMPTS[scale]}:rotary={','.join(RETRIEVAL_ROTARY_OPTIONS)}")
+            f"prompts={RETRIEVAL_PROMPTS[scale]}:rotary={','.join(RETRIEVAL_ROTARY_OPTIONS)}:"
+            f"steps={steps}")
   return (f"{scale}:lengths={'x'.join(map(str, LENGTH_MULTIPLES))}:"
           f"options_at={'x'.join(map(str, OPTION_MULTIPLES))}:"
           f"period=1/{REPEAT_PERIOD_FRACTION}:windows={SCALES[scale]['windows']}:"

@@ -35,6 +35,10 @@ def find(record, task, multiple, method="none"):
   return None
 
 
+def _steps(record):
+  return record.get("train", {}).get("steps", "")
+
+
 def _pct(r):
   if r is None:
     return ""
@@ -48,9 +52,9 @@ def _table(head, rows):
 
 def by_length_table(records, architecture):
   """Rows: seed-0 runs; columns: passkey and MQAR exact match at each multiple ("none")."""
-  head = ["run"] + [f"{task} {m}x" for task in plan.RETRIEVAL_TASKS
-                    for m in plan.RETRIEVAL_MULTIPLES]
-  rows = [[f"`{rec['label']}`"] + [_pct(find(rec, task, m)) for task in plan.RETRIEVAL_TASKS
+  head = ["run", "steps"] + [f"{task} {m}x" for task in plan.RETRIEVAL_TASKS
+                             for m in plan.RETRIEVAL_MULTIPLES]
+  rows = [[f"`{rec['label']}`", _steps(rec)] + [_pct(find(rec, task, m)) for task in plan.RETRIEVAL_TASKS
                                    for m in plan.RETRIEVAL_MULTIPLES]
           for rec in with_retrieval(records, architecture, seed=0)]
   return _table(head, rows) if rows else "(no records yet)"
@@ -58,24 +62,25 @@ def by_length_table(records, architecture):
 
 def options_table(records, architecture):
   """Passkey and MQAR exact match with each inference-time option, at each option multiple."""
-  head = ["run", "method"] + [f"{task} {m}x" for task in plan.RETRIEVAL_TASKS
-                              for m in plan.RETRIEVAL_OPTION_MULTIPLES]
+  head = ["run", "steps", "method"] + [f"{task} {m}x" for task in plan.RETRIEVAL_TASKS
+                                       for m in plan.RETRIEVAL_OPTION_MULTIPLES]
   rows = []
   for rec in with_retrieval(records, architecture, seed=0):
     for method in ("none", *plan.retrieval_options(rec["config"]["model"]["position"])):
       cells = [_pct(find(rec, task, m, method)) for task in plan.RETRIEVAL_TASKS
                for m in plan.RETRIEVAL_OPTION_MULTIPLES]
-      rows.append([f"`{rec['label']}`", method] + cells)
+      rows.append([f"`{rec['label']}`", _steps(rec), method] + cells)
   return _table(head, rows) if rows else "(no records yet)"
 
 
 def seed_table(records):
-  """Mean ± standard deviation over seeds of exact match at each multiple, for labels with 2+."""
+  """Mean ± standard deviation over seeds of exact match at each multiple, for each label and
+  number of training steps with 2+ seeds."""
   by_label = collections.defaultdict(list)
   for rec in with_retrieval(records):
-    by_label[rec["label"]].append(rec)
+    by_label[rec["label"], _steps(rec)].append(rec)
   rows = []
-  for label, recs in sorted(by_label.items()):
+  for (label, steps), recs in sorted(by_label.items(), key=lambda item: str(item[0])):
     if len(recs) < 2:
       continue
     cells = []
@@ -85,8 +90,8 @@ def seed_table(records):
                   if r is not None and r.get("accuracy") is not None]
         cells.append(f"{100 * statistics.mean(values):.0f} ± {100 * statistics.stdev(values):.0f}"
                      if len(values) > 1 else "n/a")
-    rows.append([f"`{label}`", ", ".join(str(r["seed"]) for r in recs)] + cells)
-  head = ["run", "seeds"] + [f"{task} {m}x" for task in plan.RETRIEVAL_TASKS
+    rows.append([f"`{label}`", steps, ", ".join(str(r["seed"]) for r in recs)] + cells)
+  head = ["run", "steps", "seeds"] + [f"{task} {m}x" for task in plan.RETRIEVAL_TASKS
                              for m in plan.RETRIEVAL_MULTIPLES]
   return _table(head, rows) if rows else "(No run has retrieval records for two seeds yet.)"
 
@@ -142,8 +147,9 @@ def retrieval_sections(records, heading="##", link_prefix="") -> list[str]:
            "Exact match (%) over 10 depths x the scale's prompts per depth "
            f"({', '.join(f'{k}: {v}' for k, v in plan.RETRIEVAL_PROMPTS.items())}), each prompt "
            "with its own key: passkey_letters (all 5 letters right), passkey (all 5 digits), MQAR "
-           "(each queried value; chance 10%). Runs trained "
-           f"{plan.SCALES['cpu']['retrieval_train']['num_train_steps']} steps (cpu) with "
+           "(each queried value; chance 10%). Runs trained for their `steps` (the plan's cpu "
+           f"recipe: {plan.SCALES['cpu']['retrieval_train']['num_train_steps']}; earlier records "
+           "2000) with "
            f"{round(100 * plan.RETRIEVAL_COPY_FRACTION)}% synthetic copy windows and "
            f"{round(100 * plan.RETRIEVAL_FRACTION)}% of the others retrieval episodes "
            f"({', '.join(plan.RETRIEVAL_TASKS)}). Each seed-0 run's heat map (depth x length): "
