@@ -1,5 +1,5 @@
 """Test set-up: 8 simulated CPU devices (for the multi-device checks) and XLA flags, set before JAX
-starts; a compilation cache per test process."""
+starts; one compilation cache for the test processes of a run."""
 
 import atexit
 import os
@@ -19,10 +19,15 @@ import jax  # noqa: E402  (after the environment is set)
 import pytest  # noqa: E402
 
 # Many tests train the same tiny models, whose jit compiles dominate their time: one persistent
-# compilation cache per test process (each xdist worker imports this file), set before the first
-# compile (JAX decides at its first compile whether a process uses the cache).
-_CACHE = tempfile.mkdtemp(prefix="keynorm_jax_test_cache_")
-atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+# compilation cache for the run, made by its first process (xdist's controller, or pytest alone),
+# which removes it at exit, and shared by the xdist workers (which inherit the environment and
+# import this file), set before the first compile (JAX decides at its first compile whether a
+# process uses the cache). Not the processes the tests start: some are killed on purpose, and a
+# killed writer could leave a truncated entry.
+_CACHE = os.environ.get("KEYNORM_JAX_TEST_CACHE")
+if _CACHE is None:
+  _CACHE = os.environ["KEYNORM_JAX_TEST_CACHE"] = tempfile.mkdtemp(prefix="keynorm_jax_test_cache_")
+  atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
 

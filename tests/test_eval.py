@@ -47,10 +47,11 @@ def test_accuracy_equals_direct_computation(runs, tmp_path):
   run = load_run(runs / "kna_rope")
   model = build_model(run.config)
   tokens = held_out_tokens(run.config)
+  apply = jax.jit(lambda params, inputs: model.apply({"params": params}, inputs))
   for record in records:
     windows = eval_windows(tokens, kind=record["set"], length=record["length"], count=4,
                            train_length=32)
-    logits = np.asarray(model.apply({"params": run.params}, windows[:, :-1]))
+    logits = np.asarray(apply(run.params, windows[:, :-1]))
     correct = logits.argmax(-1) == windows[:, 1:]
     per_window = correct.mean(axis=1)
     assert record["accuracy"] == pytest.approx(per_window.mean(), abs=1e-9)

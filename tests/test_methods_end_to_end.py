@@ -1,5 +1,5 @@
 """Every training-time position method trains (tiny size, a few steps) and is evaluated at 4x its
-training length (with every inference-time method for three of them): applicable ones give finite
+training length (a Transformer RoPE run with every inference-time method): applicable ones give finite
 accuracies, the others are skipped with a reason, and lengths past a learned table are reported as
 not applicable."""
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from keynorm_jax import positions
+from keynorm_jax import positions, run_config
 from keynorm_jax.evaluation.command import make_columns
 from keynorm_jax.evaluation.evaluate import evaluate_run
 from keynorm_jax.evaluation.run_loading import load_run
@@ -17,18 +17,38 @@ from train_helpers import tiny_config
 pytestmark = pytest.mark.slow
 
 # One attention variant per method, alternating, so both Baseline and KNA meet every kind.
-# The methods of 2025 on the Transformer, as their papers train them.
-ON_THE_TRANSFORMER = ("scale_invariant", "drope", "fox", "cope", "rnope_swa")
+# The methods of 2025 on the Transformer, as their papers train them; ALiBi there too, for its
+# several heads (ntk_alibi needs two).
+ON_THE_TRANSFORMER = ("alibi", "scale_invariant", "drope", "fox", "cope", "rnope_swa")
 CASES = [("transformer_" if name in ON_THE_TRANSFORMER else "")
          + ("kna" if i % 2 else "baseline") + "_" + name
          for i, name in enumerate(positions.TRAINING_METHODS.names())]
 # Stick-breaking attention (no softmax), as its paper trains it: without positions; and a
 # Transformer RoPE run.
 CASES += ["transformer_stickbreaking_nope", "transformer_kna_rope"]
-# Evaluated with every inference method: a RoPE run (the RoPE rewrites and scalings), an ALiBi run
-# (its scalings) and a NoPE run (Llama 4's rule, the temperatures). The others with the two that
-# apply to every model (the suite's time), the skips of the rest checked in test_skips_say_why.
-EVERY_METHOD = ("transformer_kna_rope", "baseline_alibi", "baseline_nope")
+# Every inference method evaluates a Transformer RoPE run, or is skipped there with its reason; the
+# two that skip every RoPE model evaluate a run of their own: ALiBi's scalings an ALiBi run, Llama
+# 4's temperature (layers without RoPE) a NoPE run. The other runs evaluate "none" (the suite's
+# time; the skips of the rest are checked in test_skips_say_why).
+EVERY_METHOD = "transformer_kna_rope"
+OWN_METHODS = {"transformer_baseline_alibi": ("alibi_interpolate", "ntk_alibi"),
+               "baseline_nope": ("llama4_temperature",)}
+
+
+def _model_config(name):
+  return run_config.model_config(run_config.resolve(tiny_config(name, train_length=16)))
+
+
+def _skip_reason(inference, model_config):
+  scaling = model_config.trained_rope_scaling
+  return positions.inference_method(inference).skip_reason(
+      model_config.position_method, model_config.heads, scaling["type"] if scaling else "none")
+
+
+def _evaluated_methods(name):
+  if name == EVERY_METHOD:
+    return positions.INFERENCE_METHODS.names()
+  return ("none",) + OWN_METHODS.get(name, ())
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -39,14 +59,16 @@ def test_trains_and_evaluates_with_every_applicable_method(name, data_dir, tmp_p
     config.model.position_options.drop_share = 0.5
   training.train_and_evaluate(config, tmp_path)
   run = load_run(tmp_path)
-  names = positions.INFERENCE_METHODS.names() if name in EVERY_METHOD else ("none", "window")
-  columns = make_columns(names, posthoc_logn=False)
+  columns = make_columns(_evaluated_methods(name), posthoc_logn=False)
   messages = []
   records = evaluate_run(run, lengths=[64], columns=columns, num_windows=1,   # 4x
                          progress=messages.append, include_train_length=False)
-  method = positions.training_method(config.model.position)
-  expected = {c.label for c in columns if not c.method.skip_reason(method, 1)}
+  model_config = _model_config(name)
+  method = model_config.position_method
+  expected = {c.label for c in columns if not _skip_reason(c.label, model_config)}
   assert {r["rope_scaling"] for r in records} == expected
+  if name in OWN_METHODS:   # the run is there for them: none may be skipped
+    assert expected == {c.label for c in columns}
   for label in {c.label for c in columns} - expected:
     assert any(f"{label} skipped (" in m for m in messages), label
   for r in records:
@@ -54,3 +76,12 @@ def test_trains_and_evaluates_with_every_applicable_method(name, data_dir, tmp_p
       assert r["accuracy"] is None and "stop at 16 tokens" in r["not_applicable"]
     else:
       assert 0.0 <= r["accuracy"] <= 1.0 and math.isfinite(r["loss"]), r
+
+
+def test_every_inference_method_evaluates_some_run():
+  """What skips a RoPE model is exactly what the other runs evaluate, so no method goes untried."""
+  rope = _model_config(EVERY_METHOD)
+  skipped = {n for n in positions.INFERENCE_METHODS.names() if _skip_reason(n, rope)}
+  assert skipped == set().union(*OWN_METHODS.values())
+  for name, own in OWN_METHODS.items():
+    assert not any(_skip_reason(n, _model_config(name)) for n in own), name

@@ -29,7 +29,8 @@ def _expected_params(cfg):
 @pytest.mark.parametrize("changes", [{}, {"qk_norm": "rmsnorm"}, {"tie_embeddings": True}])
 def test_parameter_count_by_hand(changes):
   cfg = dataclasses.replace(CFG, **changes)
-  _, params = _init(cfg)
+  params = jax.eval_shape(lambda: GAULM(cfg).init(jax.random.PRNGKey(0),
+                                                  jnp.zeros([1, 8], jnp.int32)))["params"]
   assert count_params(params) == _expected_params(cfg)
 
 

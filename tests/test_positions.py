@@ -16,38 +16,8 @@ from keynorm_jax.models.layers import LearnedPositions, sinusoidal_embedding
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias
 from keynorm_jax.rope import p_rope_mask, rope_inv_freq
 import numpy_positions_reference as ref
+from positions_helpers import B, BLOCKS, H, INV, S, T, check, inputs, per_head_reference
 
-B, T, H, S, E = 2, 12, 3, 8, 5
-BLOCKS = (None, 5)
-INV = np.array([100.0**(-2 * m / S) for m in range(S // 2)])
-
-
-def _inputs(seed=0, heads=H):
-  rng = np.random.default_rng(seed)
-  return tuple(rng.normal(size=(B, T, heads, size)).astype(np.float32) for size in (S, S, E))
-
-
-def _per_head_reference(q, k, v, per_head_kwargs):
-  """ref.attention for every batch row and head; per_head_kwargs(h) -> its keyword arguments."""
-  out = np.zeros(q.shape[:3] + (v.shape[-1],))
-  for b in range(q.shape[0]):
-    for h in range(q.shape[2]):
-      out[b, :, h] = ref.attention(q[b, :, h], k[b, :, h], v[b, :, h], **per_head_kwargs(h))
-  return out
-
-
-def _check(got, expected, atol=3e-5):
-  np.testing.assert_allclose(np.asarray(got), expected, atol=atol, rtol=atol)
-
-
-def _column_kwargs(name, *, at, train_length, rope=True, logn_base=None, **knobs):
-  """attend's keyword arguments of a layer (RoPE with base 100, or none) under inference method
-  `name` at length `at` for a model trained at `train_length`, and the resolved column."""
-  column = positions.EvalColumn(positions.inference_method(name, **knobs)).at(at, train_length)
-  layer = positions.AttentionSpec(rotary=positions.RotarySpec(base=100.0) if rope else None)
-  kwargs = positions.attention_kwargs(column.apply(layer), rotary_dim=S,
-                                      train_length=train_length, seq_length=T, logn_base=logn_base)
-  return kwargs, column
 
 
 @pytest.mark.parametrize("heads", [1, 2, 3, 4, 5, 6, 8, 12, 16])
@@ -58,12 +28,12 @@ def test_alibi_slopes_match_the_paper(heads):
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("variant", ["baseline", "kna"])
 def test_alibi_attention(variant, block):
-  q, k, v = _inputs(1)
+  q, k, v = inputs(1)
   slopes = np.array(positions.alibi_slopes(H), np.float32)
   got, _ = attend(q, k, v, variant=variant, alibi_slope=slopes, query_block=block)
-  expected = _per_head_reference(q, k, v, lambda h: dict(
+  expected = per_head_reference(q, k, v, lambda h: dict(
       variant=variant, bias=ref.alibi_bias(T, slopes[h])))
-  _check(got, expected)
+  check(got, expected)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
@@ -74,22 +44,22 @@ def test_alibi_attention(variant, block):
 def test_window_and_streaming(opts, block):
   opts = dict(opts)
   rope, alibi = opts.pop("rope", False), opts.pop("alibi", None)
-  q, k, v = _inputs(2)
+  q, k, v = inputs(2)
   got, _ = attend(q, k, v, variant="baseline", inv_freq=INV.astype(np.float32) if rope else None,
                   alibi_slope=alibi, query_block=block, **opts)
   bias = (lambda t, i: -alibi * t) if alibi else None
-  expected = _per_head_reference(q, k, v, lambda h: dict(
+  expected = per_head_reference(q, k, v, lambda h: dict(
       variant="baseline", inv_freq=INV if rope else None, bias=bias, **opts))
-  _check(got, expected)
+  check(got, expected)
 
 
 def test_window_at_least_length_is_full_and_streaming_without_sinks_is_window():
-  q, k, v = _inputs(3)
+  q, k, v = inputs(3)
   inv = INV.astype(np.float32)
   full, _ = attend(q, k, v, variant="kna", inv_freq=inv)
-  _check(attend(q, k, v, variant="kna", inv_freq=inv, window=T)[0], np.asarray(full), atol=1e-6)
+  check(attend(q, k, v, variant="kna", inv_freq=inv, window=T)[0], np.asarray(full), atol=1e-6)
   window, _ = attend(q, k, v, variant="kna", inv_freq=inv, window=4)
-  _check(attend(q, k, v, variant="kna", inv_freq=inv, window=4, sink_tokens=0)[0],
+  check(attend(q, k, v, variant="kna", inv_freq=inv, window=4, sink_tokens=0)[0],
          np.asarray(window), atol=1e-6)
   assert np.abs(np.asarray(window) - np.asarray(full)).max() > 1e-3  # the window does bite
 
@@ -100,16 +70,16 @@ def _init_bias(module):
 
 @pytest.mark.parametrize("block", BLOCKS)
 def test_kerple_log(block):
-  q, k, v = _inputs(4)
+  q, k, v = inputs(4)
   module = KerpleLogBias(H)
   params = _init_bias(module)
   r1, r2 = (np.asarray(params["params"][n]) for n in ("r1", "r2"))
   assert (r1 > 0).all() and (r2 > 0).all() and r1.std() > 0  # random per-head init, as the paper
   bias = module.apply(params)
   got, _ = attend(q, k, v, variant="kna", score_bias=bias, query_block=block)
-  expected = _per_head_reference(q, k, v, lambda h: dict(
+  expected = per_head_reference(q, k, v, lambda h: dict(
       variant="kna", bias=ref.kerple_log_bias(T, max(r1[h], 1e-2), max(r2[h], 1e-2))))
-  _check(got, expected)
+  check(got, expected)
 
 
 def _fire(train_length=8):
@@ -129,17 +99,17 @@ def _fire(train_length=8):
 
 @pytest.mark.parametrize("block", BLOCKS)
 def test_fire(block):
-  q, k, v = _inputs(5)
+  q, k, v = inputs(5)
   module, params, f, c, threshold = _fire()
   got, _ = attend(q, k, v, variant="baseline", score_bias=module.apply(params),
                   query_block=block)
-  expected = _per_head_reference(q, k, v, lambda h: dict(
+  expected = per_head_reference(q, k, v, lambda h: dict(
       variant="baseline", bias=ref.fire_bias(T, c, threshold, lambda x: f(x, h), eps=1e-6)))
-  _check(got, expected)
+  check(got, expected)
 
 
 def test_biases_depend_only_on_relative_position():
-  q, k, v = _inputs(6)
+  q, k, v = inputs(6)
   kerple = KerpleLogBias(H)
   module, params, _, _, threshold = _fire(train_length=64)  # shifts stay below L: psi(L) fixed
   biases = {"alibi": dict(alibi_slope=np.array(positions.alibi_slopes(H), np.float32)),
@@ -149,7 +119,7 @@ def test_biases_depend_only_on_relative_position():
   for name, kwargs in biases.items():
     a, _ = attend(q, k, v, variant="baseline", **kwargs)
     b, _ = attend(q, k, v, variant="baseline", positions=np.arange(T) + 37, **kwargs)
-    _check(np.asarray(b), np.asarray(a), atol=1e-5)
+    check(np.asarray(b), np.asarray(a), atol=1e-5)
 
 
 def test_sinusoidal_embedding():
@@ -171,7 +141,7 @@ def test_learned_positions_refuse_a_sequence_past_the_table():
 @pytest.mark.parametrize("rerope", [None, 4])
 def test_xpos(block, rerope):
   """xPos, and ReRoPE on an xPos model: the decay at the distance the rotation uses (clipped)."""
-  q, k, v = _inputs(7, heads=1)
+  q, k, v = inputs(7, heads=1)
   got, _ = attend(q, k, v, variant="baseline", inv_freq=INV.astype(np.float32), xpos_gamma=0.4,
                   xpos_scale_base=8.0, query_block=block,   # a small scale base: strong decay
                   rerope_window=rerope)
@@ -183,16 +153,16 @@ def test_xpos(block, rerope):
     # ref.attention without RoPE scores q.k / sqrt(S); the rest of the xPos score is the bias.
     expected[b, :, 0] = ref.attention(qb, kb, v[b, :, 0], variant="baseline",
                                       bias=scores - qb @ kb.T / math.sqrt(S))
-  _check(got, expected)
+  check(got, expected)
 
 
 def test_xpos_scores_depend_only_on_relative_position():
-  q, k, v = _inputs(8)
+  q, k, v = inputs(8)
   kwargs = dict(variant="baseline", inv_freq=INV.astype(np.float32), xpos_gamma=0.4,
                 xpos_scale_base=512.0)
   a, _ = attend(q, k, v, **kwargs)
   b, _ = attend(q, k, v, positions=np.arange(T) + 3000, **kwargs)
-  _check(np.asarray(b), np.asarray(a), atol=5e-4)  # float32 angles of ~3000 rad
+  check(np.asarray(b), np.asarray(a), atol=5e-4)  # float32 angles of ~3000 rad
 
 
 @pytest.mark.parametrize("fraction", [0.0, 0.25, 0.5, 0.75, 1.0])
@@ -203,13 +173,13 @@ def test_p_rope_frequencies(fraction):
 
 
 def test_p_rope_ends_are_rope_and_nope():
-  q, k, v = _inputs(9)
+  q, k, v = inputs(9)
   spec = lambda p: positions.AttentionSpec(rotary=positions.RotarySpec(base=100.0, fraction=p))
   run = lambda spec: attend(q, k, v, variant="kna", **positions.attention_kwargs(
       spec, rotary_dim=S, train_length=T, seq_length=T, logn_base=None))[0]
-  _check(run(spec(1.0)), np.asarray(run(positions.AttentionSpec(rotary=positions.RotarySpec(
+  check(run(spec(1.0)), np.asarray(run(positions.AttentionSpec(rotary=positions.RotarySpec(
       base=100.0)))), atol=1e-6)
-  _check(run(spec(0.0)), np.asarray(run(positions.AttentionSpec())), atol=1e-6)
+  check(run(spec(0.0)), np.asarray(run(positions.AttentionSpec())), atol=1e-6)
 
 
 @pytest.mark.parametrize("setting", [
@@ -239,11 +209,11 @@ def test_qk_layernorm_matches_reference():
 
 @pytest.mark.parametrize("block", BLOCKS)
 def test_ssmax(block):
-  q, k, v = _inputs(11)
+  q, k, v = inputs(11)
   s = np.array([0.4, 0.9, 1.7], np.float32)
   got, _ = attend(q, k, v, variant="qna", ssmax_scale=s, query_block=block)
-  expected = _per_head_reference(q, k, v, lambda h: dict(variant="qna", ssmax_s=float(s[h])))
-  _check(got, expected)
+  expected = per_head_reference(q, k, v, lambda h: dict(variant="qna", ssmax_s=float(s[h])))
+  check(got, expected)
 
 
 def test_randomized_positions_are_sorted_distinct_and_in_range():
@@ -276,24 +246,6 @@ def test_hwfa_layers():
   assert method.default_window(4, 512) == 128
 
 
-def test_rnope_swa_layers_and_bad_knobs():
-  """Every fourth layer (and the last) full NoPE; the others RoPE in a window of half the
-  training length (or the knob's)."""
-  from keynorm_jax.errors import ConfigError  # pylint: disable=g-import-not-at-top
-  from keynorm_jax.models.config import ModelConfig  # pylint: disable=g-import-not-at-top
-
-  def kinds(method, layers):
-    specs = [method.layer_spec(layer=i, num_layers=layers, num_heads=1, rope_theta=1e4,
-                               train_length=512) for i in range(layers)]
-    return "".join("F" if s.rotary is None and s.window is None else f"W{s.window}," for s in specs)
-  assert kinds(positions.training_method("rnope_swa"), 9) == "W256," * 3 + "F" + "W256," * 3 + "FF"
-  assert kinds(positions.training_method("rnope_swa", {"ratio": 1, "window": 64}), 3) == "W64,FF"
-  with pytest.raises(ValueError, match="ratio .* must be at least 1"):
-    positions.training_method("rnope_swa", {"ratio": -2})
-  with pytest.raises(ConfigError, match="window of 600 tokens is longer than the training length"):
-    ModelConfig(position="rnope_swa", position_options={"window": 600}, train_length=512)
-
-
 def test_skips_say_why():
   rope, alibi = positions.training_method("rope"), positions.training_method("alibi")
   assert "no RoPE" in positions.inference_method("yarn").skip_reason(alibi, 1)
@@ -319,176 +271,12 @@ def test_skips_say_why():
 def test_posthoc_logn_scales_scores_not_q():
   """Post-hoc log n multiplies the scores (as Qwen's use_logn_attn), not q before RoPE as
   bojone/rerope does. For QNA the two differ: normalizing q would cancel bojone's factor."""
-  q, k, v = _inputs(12, heads=1)
+  q, k, v = inputs(12, heads=1)
   got, _ = attend(q, k, v, variant="qna", posthoc_logn_length=4)
   kappa = [max(1.0, math.log(i + 1) / math.log(4)) for i in range(T)]
-  expected = _per_head_reference(q, k, v, lambda h: dict(variant="qna", kappa=kappa))
-  _check(got, expected)
+  expected = per_head_reference(q, k, v, lambda h: dict(variant="qna", kappa=kappa))
+  check(got, expected)
   bojone, _ = attend(q * np.asarray(kappa, np.float32)[None, :, None, None], k, v, variant="qna")
   plain, _ = attend(q, k, v, variant="qna")
-  _check(bojone, np.asarray(plain), atol=1e-6)                  # q's factor cancels for QNA
+  check(bojone, np.asarray(plain), atol=1e-6)                  # q's factor cancels for QNA
   assert np.abs(np.asarray(got) - np.asarray(plain)).max() > 1e-3
-
-
-@pytest.mark.parametrize("block", BLOCKS)
-@pytest.mark.parametrize("group, window", [(3, 4), (2, 5), (4, 1)])
-def test_self_extend(group, window, block):
-  """Self-Extend against the NumPy reference's grouped relative positions (LongLM's code)."""
-  q, k, v = _inputs(6)
-  got, _ = attend(q, k, v, variant="kna", inv_freq=INV.astype(np.float32), rerope_window=window,
-                  self_extend_group=group, query_block=block)
-  expected = _per_head_reference(q, k, v, lambda h: dict(
-      variant="kna", inv_freq=INV, relative=ref.self_extend_relative(group, window)))
-  _check(got, expected)
-
-
-def test_self_extend_defaults_and_bad_knobs():
-  method = positions.inference_method("self_extend").at(8192, 512)
-  # W = 512 / 4 = 128; G the smallest with 128 + (8192 - 128) / G <= 2/3 x 512.
-  assert (method.self_extend_window, method.self_extend_group) == (128, 38)
-  assert 128 + (8192 - 128) / 38 <= 2 / 3 * 512 < 128 + (8192 - 128) / 37
-  with pytest.raises(ValueError, match="self_extend_group must be at least 1"):
-    positions.inference_method("self_extend", self_extend_group=0)
-  q, k, v = _inputs(0)
-  with pytest.raises(ValueError, match="self_extend_group needs rerope_window"):
-    attend(q, k, v, variant="kna", inv_freq=INV.astype(np.float32), self_extend_group=2)
-
-
-@pytest.mark.parametrize("block", BLOCKS)
-@pytest.mark.parametrize("opts", [dict(tau=10.0), dict(tau=0.5, window=5, sink_tokens=2)])
-def test_scale_invariant(opts, block):
-  """Scale-invariant p-RoPE (the training method's spec) against the paper's general form."""
-  opts = dict(opts)
-  tau = opts.pop("tau")
-  method = positions.training_method("scale_invariant", {"tau": tau})
-  spec = method.layer_spec(layer=0, num_layers=1, num_heads=H, rope_theta=100.0, train_length=T)
-  kwargs = positions.attention_kwargs(spec, rotary_dim=S, train_length=T, seq_length=T,
-                                      logn_base=None)
-  q, k, v = _inputs(7)
-  got, _ = attend(q, k, v, variant="baseline", query_block=block, **{**kwargs, **opts})
-  expected = _per_head_reference(q, k, v, lambda h: dict(
-      variant="baseline", inv_freq=ref.p_rope_inv_freq(S, 100.0, 0.5),
-      logit_transform=ref.scale_invariant_logit(tau), **opts))
-  _check(got, expected)
-  with pytest.raises(ValueError, match="tau must be > 0"):
-    positions.training_method("scale_invariant", {"tau": -1.0})
-
-
-@pytest.mark.parametrize("name, knobs, beta", [
-    ("yarn_temperature", {}, (0.1 * math.log(4.0) + 1.0)**2),
-    ("drope_temperature", {}, 1.0 + 0.412 * math.log(4.0)),
-    ("drope_temperature", {"drope_c": 0.103, "factor": 2.0}, 1.0 + 0.103 * math.log(2.0)),
-])
-def test_temperature_rules(name, knobs, beta):
-  """The temperature rules at 4x the training length: every score times beta (NumPy: kappa_i =
-  beta), on top of a trained log n's factor."""
-  kwargs, _ = _column_kwargs(name, at=4 * T, train_length=T, logn_base=6.0, **knobs)
-  q, k, v = _inputs(8)
-  got, _ = attend(q, k, v, variant="kna", **kwargs)
-  kappa = [beta * math.log(i + 1) / math.log(6.0) for i in range(T)]
-  _check(got, _per_head_reference(q, k, v, lambda h: dict(variant="kna", inv_freq=INV,
-                                                           kappa=kappa)))
-  with pytest.raises(ValueError, match="drope_c must be >= 0"):
-    positions.inference_method("drope_temperature", drope_c=-1.0)
-
-
-@pytest.mark.parametrize("block", BLOCKS)
-@pytest.mark.parametrize("opts", [dict(), dict(window=4, rope=True)])
-def test_stick_breaking(opts, block):
-  """Stick-breaking attention against explicit products (the first query attends nothing)."""
-  rope = opts.get("rope", False)
-  q, k, v = _inputs(9)
-  inv = INV.astype(np.float32) if rope else None
-  got, _ = attend(q, k, v, variant="stickbreaking", inv_freq=inv, window=opts.get("window"),
-                  query_block=block)
-  expected = np.zeros(q.shape[:3] + (E,))
-  for b in range(B):
-    for h in range(H):
-      expected[b, :, h] = ref.stick_breaking_attention(q[b, :, h], k[b, :, h], v[b, :, h],
-                                                       INV if rope else None, opts.get("window"))
-  _check(got, expected)
-
-
-def test_stick_breaking_is_stable_at_16k_tokens():
-  """The last queries of a 16,384-token sequence, scores of a wide spread: every weight finite and
-  each row summing to at most 1."""
-  from keynorm_jax.attention.scores import stick_breaking_with_entropy  # pylint: disable=g-import-not-at-top
-  length = 16384
-  scores = np.random.default_rng(0).normal(0.0, 8.0, size=(1, 2, 4, length)).astype(np.float32)
-  query_index = np.arange(length - 4, length)
-  keep = (query_index[:, None] > np.arange(length)[None, :])[None, None]
-  weights, entropy = stick_breaking_with_entropy(jnp.asarray(scores), jnp.asarray(keep))
-  weights = np.asarray(weights, np.float64)
-  assert np.isfinite(weights).all() and np.isfinite(np.asarray(entropy)).all()
-  assert (weights >= 0).all() and (weights.sum(-1) <= 1 + 1e-5).all()
-  assert weights.sum(-1).min() > 0.5   # the mass sits on the keys, not lost to underflow
-
-
-@pytest.mark.parametrize("block", BLOCKS)
-@pytest.mark.parametrize("shift, window", [(5, 2), (4, 0), (3, 3)])
-def test_string(shift, window, block):
-  """STRING against the NumPy reference's shifted relative positions; its defaults and refusals."""
-  kwargs, _ = _column_kwargs("string", at=T, train_length=T, string_shift=shift,
-                             string_window=window)
-  q, k, v = _inputs(10)
-  got, _ = attend(q, k, v, variant="kna", query_block=block, **kwargs)
-  _check(got, _per_head_reference(q, k, v, lambda h: dict(
-      variant="kna", inv_freq=INV, relative=ref.string_relative(shift, window))))
-  default = positions.inference_method("string").at(8192, 512)
-  assert (default.string_shift, default.string_window) == (168, 128)
-  with pytest.raises(ValueError, match="string_window W = 9 must be at most string_shift S = 4"):
-    positions.inference_method("string", string_shift=4, string_window=9)
-
-
-@pytest.mark.parametrize("name, knobs, factor", [
-    ("llama4_temperature", {"llama4_floor_scale": 3},
-     lambda i: 1.0 + 0.1 * math.log(1.0 + math.floor((i + 1) / 3))),
-    ("llama4_temperature", {"llama4_attn_scale": 0.5},   # F = the training length, T / 2 here
-     lambda i: 1.0 + 0.5 * math.log(1.0 + math.floor((i + 1) / (T // 2)))),
-    ("posthoc_ssmax", {}, lambda i: math.log(i + 1) / math.log(T // 2)),
-])
-def test_query_temperature_rules(name, knobs, factor):
-  """Llama 4's temperature tuning (on a layer without RoPE) and post-hoc SSMax: query i's scores
-  times the rule's factor (NumPy: kappa_i)."""
-  kwargs, column = _column_kwargs(name, at=T, train_length=T // 2, rope=False, **knobs)
-  q, k, v = _inputs(11)
-  got, _ = attend(q, k, v, variant="baseline", **kwargs)
-  kappa = [factor(i) for i in range(T)]
-  _check(got, _per_head_reference(q, k, v, lambda h: dict(variant="baseline", kappa=kappa)))
-  rope = positions.training_method("rope")
-  if name == "llama4_temperature":   # the layers with RoPE are left as they are
-    assert "every rope layer has RoPE" in column.method.skip_reason(rope, H)
-    rotary = positions.AttentionSpec(rotary=positions.RotarySpec())
-    assert column.apply(rotary) == rotary
-
-
-@pytest.mark.parametrize("block", BLOCKS)
-@pytest.mark.parametrize("variant, npos, window", [("baseline", 16, None), ("kna", 4, 6)])
-def test_cope(variant, npos, window, block):
-  """CoPE against explicit sums (with the cap at npos - 1 reached in the second case)."""
-  q, k, v = _inputs(12)
-  e = np.random.default_rng(13).normal(size=(S, npos)).astype(np.float32)
-  got, _ = attend(q, k, v, variant=variant, cope_embeddings=e, window=window, query_block=block)
-  expected = np.zeros(q.shape[:3] + (E,))
-  for b in range(B):
-    for h in range(H):
-      expected[b, :, h] = ref.cope_attention(q[b, :, h], k[b, :, h], v[b, :, h], e, variant,
-                                             window)
-  _check(got, expected)
-  with pytest.raises(ValueError, match="npos\\) must be at least 2"):
-    positions.training_method("cope", {"max_position": 1})
-
-
-@pytest.mark.parametrize("block", BLOCKS)
-@pytest.mark.parametrize("chunk, train", [(3, 4), (4, 6), (2, 3)])
-def test_dca(chunk, train, block):
-  """Dual chunk attention against the NumPy reference's chunked relative positions (queries in
-  their own, the next and later chunks at T = 12)."""
-  kwargs, _ = _column_kwargs("dca", at=T, train_length=train, dca_chunk=chunk)
-  q, k, v = _inputs(14)
-  got, _ = attend(q, k, v, variant="kna", query_block=block, **kwargs)
-  _check(got, _per_head_reference(q, k, v, lambda h: dict(
-      variant="kna", inv_freq=INV, relative=ref.dca_relative(chunk, train))))
-  assert positions.inference_method("dca").at(8192, 512).dca_chunk == 384
-  with pytest.raises(ValueError, match="dca_chunk 6 must be below the training length 6"):
-    positions.inference_method("dca", dca_chunk=6).at(T, 6)

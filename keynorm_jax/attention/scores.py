@@ -94,10 +94,11 @@ def cope(scores_BxHxQxK, keep_Bx1xQxK, q_BxQxHxS, embeddings_SxP):
   return weight * at(above) + (1.0 - weight) * at(below)
 
 
-def bias_and_keep(mods: Mods, queries: Side, keys: Side, heads: int):
+def bias_and_keep(mods: Mods, queries: Side, keys: Side, heads: int, distances=None):
   """(additive bias [B, H, Q, K] float32 or None, keep [B, 1, Q, K] bool) of a block: what is added
-  to multiplier x q . k, and which pairs are kept."""
-  relative_BxQxK, distance_BxQxK = _distances(mods, queries, keys)
+  to multiplier x q . k, and which pairs are kept. `distances`: the block's _distances if the
+  caller has them already."""
+  relative_BxQxK, distance_BxQxK = distances or _distances(mods, queries, keys)
   bias = None
   if mods.alibi_slopes is not None:
     slopes_H = jnp.broadcast_to(mods.alibi_slopes, (heads,))
@@ -143,10 +144,10 @@ def block_scores(mods: Mods, queries: Side, keys: Side, product=None):
                     - keys.positions[:, None, :]).astype(jnp.float32) < mods.far_from
     scores_BxHxQxK = jnp.where(near_BxQxK[:, None], scores_BxHxQxK, far_BxHxQxK)
   scores_BxHxQxK = scores_BxHxQxK * jnp.moveaxis(queries.multiplier, 2, 1)[..., None]
+  distances = _distances(mods, queries, keys)
   if mods.scale_invariant_tau is not None:
-    scores_BxHxQxK = scale_invariant(scores_BxHxQxK, _distances(mods, queries, keys)[1],
-                                     mods.scale_invariant_tau)
-  bias, keep_Bx1xQxK = bias_and_keep(mods, queries, keys, queries.near.shape[2])
+    scores_BxHxQxK = scale_invariant(scores_BxHxQxK, distances[1], mods.scale_invariant_tau)
+  bias, keep_Bx1xQxK = bias_and_keep(mods, queries, keys, queries.near.shape[2], distances)
   if mods.cope_embeddings is not None:
     scores_BxHxQxK = scores_BxHxQxK + cope(scores_BxHxQxK, keep_Bx1xQxK, queries.near,
                                            mods.cope_embeddings)

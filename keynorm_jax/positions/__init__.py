@@ -1,11 +1,12 @@
 """Position methods: training-time encodings and inference-time changes, in two registries.
 
-Adding a method means one class in training_methods.py or inference_methods.py, its test, and a
+Adding a method means one class in training_methods.py or in its family's module of inference/
+(RoPE scalings, relative-position rewrites, temperatures, windows, ALiBi scalings), its test, and a
 line in the README's method table; the config, model, evaluator and CLI help read the registries.
 """
 
-from keynorm_jax.positions.inference_methods import (INFERENCE_METHODS, EvalColumn,
-                                                     InferenceMethod, inference_method)
+from keynorm_jax.positions.inference import (EvalColumn, INFERENCE_METHODS, InferenceMethod,
+                                             inference_method)
 from keynorm_jax.positions.registry import UnknownMethodError
 from keynorm_jax.positions.spec import (SCALING_KNOBS, AttentionSpec, RotarySpec, alibi_slopes,
                                        attention_kwargs, rope_scaling_defaults)

@@ -3,7 +3,7 @@
 import dataclasses
 import re
 
-from keynorm_jax.positions.inference_methods import INFERENCE_METHODS
+from keynorm_jax.positions.inference import INFERENCE_METHODS
 from keynorm_jax.positions.registry import knob_help
 from keynorm_jax.positions.training_methods import TRAINING_METHODS
 

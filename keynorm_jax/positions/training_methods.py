@@ -318,15 +318,15 @@ class CoPE(TrainingMethod):
   name = "cope"
   summary = "contextual positions p_ij = sum of sigmoid gates over j..i, q . e[p_ij] added"
   paper = "Golovneva et al. 2024, Contextual Position Encoding (arXiv 2405.18719)"
-  max_position: int | None = knob(None, "CoPE npos, positions capped at npos - 1 (cope); default "
-                                  "train_length + 1")
+  cope_npos: int | None = knob(None, "CoPE's npos: the embedding table's positions, contextual "
+                               "positions capped at npos - 1; default train_length + 1")
 
   def __post_init__(self):
-    if self.max_position is not None and self.max_position < 2:
-      raise ValueError(f"cope max_position (npos) must be at least 2, got {self.max_position}.")
+    if self.cope_npos is not None and self.cope_npos < 2:
+      raise ValueError(f"cope_npos must be at least 2, got {self.cope_npos}.")
 
   def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
-    return AttentionSpec(cope_positions=self.max_position or train_length + 1)
+    return AttentionSpec(cope_positions=self.cope_npos or train_length + 1)
 
 
 @register
