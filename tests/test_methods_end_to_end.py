@@ -1,7 +1,7 @@
 """Every training-time position method trains (tiny size, a few steps) and is evaluated at 4x its
-training length (a Transformer RoPE run with every inference-time method): applicable ones give finite
-accuracies, the others are skipped with a reason, and lengths past a learned table are reported as
-not applicable."""
+training length (a Transformer RoPE run with every inference-time method): applicable ones give
+finite accuracies, the others are skipped with a reason, and lengths past a learned table are
+reported as not applicable."""
 
 import math
 

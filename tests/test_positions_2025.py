@@ -1,6 +1,7 @@
-"""The methods of 2025 and the training-free extensions added beside them (Self-Extend, STRING, DCA,
-the temperature rules) against the independent NumPy references (tests/numpy_positions_reference.py),
-full and in query blocks that really split the queries (T = 12 in blocks of 5)."""
+"""The methods of 2025 and the training-free extensions added beside them (Self-Extend, STRING,
+DCA, the temperature rules) against the independent NumPy references
+(tests/numpy_positions_reference.py), full and in query blocks that really split the queries
+(T = 12 in blocks of 5)."""
 
 import math
 

@@ -54,8 +54,9 @@ def by_length_table(records, architecture):
   """Rows: seed-0 runs; columns: passkey and MQAR exact match at each multiple ("none")."""
   head = ["run", "steps"] + [f"{task} {m}x" for task in plan.RETRIEVAL_TASKS
                              for m in plan.RETRIEVAL_MULTIPLES]
-  rows = [[f"`{rec['label']}`", _steps(rec)] + [_pct(find(rec, task, m)) for task in plan.RETRIEVAL_TASKS
-                                   for m in plan.RETRIEVAL_MULTIPLES]
+  rows = [[f"`{rec['label']}`", _steps(rec)] + [_pct(find(rec, task, m))
+                                                 for task in plan.RETRIEVAL_TASKS
+                                                 for m in plan.RETRIEVAL_MULTIPLES]
           for rec in with_retrieval(records, architecture, seed=0)]
   return _table(head, rows) if rows else "(no records yet)"
 
@@ -92,7 +93,7 @@ def seed_table(records):
                      if len(values) > 1 else "n/a")
     rows.append([f"`{label}`", steps, ", ".join(str(r["seed"]) for r in recs)] + cells)
   head = ["run", "steps", "seeds"] + [f"{task} {m}x" for task in plan.RETRIEVAL_TASKS
-                             for m in plan.RETRIEVAL_MULTIPLES]
+                                      for m in plan.RETRIEVAL_MULTIPLES]
   return _table(head, rows) if rows else "(No run has retrieval records for two seeds yet.)"
 
 
