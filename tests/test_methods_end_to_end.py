@@ -9,7 +9,7 @@ import pytest
 
 from keynorm_jax import positions, run_config
 from keynorm_jax.evaluation.command import make_columns
-from keynorm_jax.evaluation.evaluate import evaluate_run
+from keynorm_jax.evaluation.evaluate import applicable_columns, evaluate_run
 from keynorm_jax.evaluation.run_loading import load_run
 from keynorm_jax.training import loop as training
 from train_helpers import tiny_config
@@ -39,10 +39,9 @@ def _model_config(name):
   return run_config.model_config(run_config.resolve(tiny_config(name, train_length=16)))
 
 
-def _skip_reason(inference, model_config):
-  scaling = model_config.trained_rope_scaling
-  return positions.inference_method(inference).skip_reason(
-      model_config.position_method, model_config.heads, scaling["type"] if scaling else "none")
+def _skipped(model_config, names):
+  """The names among `names` that the evaluator skips for this model."""
+  return set(applicable_columns(model_config, make_columns(names, posthoc_logn=False))[1])
 
 
 def _evaluated_methods(name):
@@ -65,7 +64,7 @@ def test_trains_and_evaluates_with_every_applicable_method(name, data_dir, tmp_p
                          progress=messages.append, include_train_length=False)
   model_config = _model_config(name)
   method = model_config.position_method
-  expected = {c.label for c in columns if not _skip_reason(c.label, model_config)}
+  expected = {c.label for c in columns} - _skipped(model_config, _evaluated_methods(name))
   assert {r["rope_scaling"] for r in records} == expected
   if name in OWN_METHODS:   # the run is there for them: none may be skipped
     assert expected == {c.label for c in columns}
@@ -80,8 +79,7 @@ def test_trains_and_evaluates_with_every_applicable_method(name, data_dir, tmp_p
 
 def test_every_inference_method_evaluates_some_run():
   """What skips a RoPE model is exactly what the other runs evaluate, so no method goes untried."""
-  rope = _model_config(EVERY_METHOD)
-  skipped = {n for n in positions.INFERENCE_METHODS.names() if _skip_reason(n, rope)}
+  skipped = _skipped(_model_config(EVERY_METHOD), positions.INFERENCE_METHODS.names())
   assert skipped == set().union(*OWN_METHODS.values())
   for name, own in OWN_METHODS.items():
-    assert not any(_skip_reason(n, _model_config(name)) for n in own), name
+    assert not _skipped(_model_config(name), own), name

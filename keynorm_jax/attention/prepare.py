@@ -259,9 +259,10 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
                                 llama4_temperature, posthoc_ssmax),
       (batch, length, heads))
 
-  true_positions = positions_BxT.astype(jnp.float32)
-  xpos_centre = (true_positions.max(axis=1, keepdims=True)
-                 + true_positions.min(axis=1, keepdims=True)) / 2
+  if xpos_gamma is not None:   # one centre for every rotation of the call: the true positions'
+    true_positions = positions_BxT.astype(jnp.float32)
+    xpos_centre = (true_positions.max(axis=1, keepdims=True)
+                   + true_positions.min(axis=1, keepdims=True)) / 2
 
   def rotate(x, positions_at, sign, table=None):
     if inv_freq is None:
