@@ -9,9 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from keynorm_jax.training import loop as training
 from keynorm_jax.training.metrics_writer import read_metrics
-from train_helpers import tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -24,10 +22,13 @@ def _free_port():
     return s.getsockname()[1]
 
 
-def test_two_hosts_give_the_losses_of_one(tmp_path):
+def test_two_hosts_give_the_losses_of_one(tmp_path, straight_run):
+  """Two processes of one CPU device each train the straight run (one process, 8 devices)."""
   data_dir = str(tmp_path / "tfds")
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device per process
-  env["JAX_PLATFORMS"] = "cpu"
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env["XLA_FLAGS"] = " ".join(  # the tests' compiler settings, but one CPU device per process
+      f for f in env.get("XLA_FLAGS", "").split()
+      if not f.startswith("--xla_force_host_platform_device_count"))
   port = _free_port()
   workers = [subprocess.Popen([sys.executable, str(WORKER), str(port), str(i),
                                str(tmp_path / "two_hosts"), data_dir], env=env,
@@ -36,9 +37,8 @@ def test_two_hosts_give_the_losses_of_one(tmp_path):
   outputs = [w.communicate(timeout=300)[0] for w in workers]
   for w, out in zip(workers, outputs):
     assert w.returncode == 0, out[-3000:]
-  training.train_and_evaluate(tiny_config(data_dir=data_dir, num_devices=1), tmp_path / "one")
   two = [m["loss"] for m in read_metrics(tmp_path / "two_hosts")]
-  one = [m["loss"] for m in read_metrics(tmp_path / "one")]
+  one = [m["loss"] for m in read_metrics(straight_run)]
   assert len(two) == 6
   np.testing.assert_allclose(two, one, rtol=1e-5)
   assert sorted(p.name for p in (tmp_path / "two_hosts" / "checkpoints").iterdir()
