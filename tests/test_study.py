@@ -10,6 +10,8 @@ from keynorm_jax.study import plan
 from keynorm_jax.study.records import RecordStore
 from keynorm_jax.study.report import (BEGIN, END, copy_accuracies, results_block,
                                      update_results_page, within_window_retention, write_report)
+from keynorm_jax.evaluation.retrieval import evaluate_retrieval
+from keynorm_jax.study import runner
 from keynorm_jax.study.runner import run_one
 
 pytestmark = pytest.mark.slow
@@ -109,9 +111,31 @@ def test_a_tiny_retrieval_run_is_recorded_with_its_retrieval_results(tmp_path, m
   store = RecordStore("field_tiny", root=tmp_path / "results")
   entry = plan.StudyRun("kna_rope", retrieval_fraction=0.5)
   assert (entry.key, entry.label) == ("kna_rope__retrieval50__seed0", "kna_rope+retrieval50")
+  # Stopped during the retrieval evaluation (the second length), then run again: the trained
+  # checkpoint and the finished stages are read back, nothing before the stop is evaluated again.
+  calls, stop = [], [True]
+  class Stopped(Exception):
+    pass
+  def stopped_at_2x(run, **kw):
+    calls.append(kw["lengths"])
+    if kw["lengths"] == [384] and stop:
+      stop.clear()  # the first time only
+      raise Stopped
+    return evaluate_retrieval(run, **kw)
+  monkeypatch.setattr(runner, "evaluate_retrieval", stopped_at_2x)
+  with pytest.raises(Stopped):
+    run_one(entry, scale="tiny", store=store, runs_dir=tmp_path / "runs",
+            data_dir=str(tmp_path / "tfds"))
+  assert not store.path(entry.key).exists()
+  stages_file = tmp_path / "runs" / entry.key / "study_stages.json"
+  assert set(json.loads(stages_file.read_text())["stages"]) == {"next_token@1x", "retrieval@1x"}
+  monkeypatch.setattr(runner, "evaluate_run", lambda *a, **kw: pytest.fail("evaluated again"))
+  calls.clear()
   path = run_one(entry, scale="tiny", store=store, runs_dir=tmp_path / "runs",
                  data_dir=str(tmp_path / "tfds"))
   record = json.loads(path.read_text())
+  assert calls == [[384]] and record["resumed_stages"] == ["next_token@1x", "retrieval@1x"]
+  assert not stages_file.exists()  # the workdir goes once the record is saved
   assert record["plan_key"] == plan.plan_key("tiny", retrieval=True) != plan.plan_key("tiny")
   assert record["config"]["train_length"] == 192 and record["retrieval_fraction"] == 0.5
   assert record["config"]["data"]["retrieval_tasks"] == "passkey,mqar"

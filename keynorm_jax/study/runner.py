@@ -11,8 +11,9 @@ from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
 from keynorm_jax.evaluation.retrieval import evaluate_retrieval
 from keynorm_jax.evaluation.run_loading import load_run
 from keynorm_jax.study import plan
-from keynorm_jax.study.provenance import provenance
+from keynorm_jax.study.provenance import code_version, provenance
 from keynorm_jax.study.records import RecordStore
+from keynorm_jax.study.stages import Stages
 from keynorm_jax.training.loop import train_and_evaluate
 from keynorm_jax.training.metrics_writer import read_metrics
 
@@ -30,23 +31,25 @@ def study_config(entry: plan.StudyRun, scale: str, data_dir: str = ""):
   return run_config.resolve(config)
 
 
-def retrieval_records(run, scale: str, tokens, progress) -> list[dict]:
+def retrieval_records(run, scale: str, tokens, progress, stages: Stages) -> list[dict]:
   """The retrieval plan: each task at every RETRIEVAL_MULTIPLES length with "none", and with the
-  run's inference-time options at RETRIEVAL_OPTION_MULTIPLES."""
+  run's inference-time options at RETRIEVAL_OPTION_MULTIPLES; one stage per length."""
   train_length = run.config.train_length
   columns = make_columns(["none", *plan.retrieval_options(run.config.model.position)])
   out = []
   for multiple in plan.RETRIEVAL_MULTIPLES:
     at_length = columns if multiple in plan.RETRIEVAL_OPTION_MULTIPLES else columns[:1]
-    out += evaluate_retrieval(run, tasks=plan.RETRIEVAL_TASKS, lengths=[multiple * train_length],
-                              columns=at_length, num_prompts=plan.RETRIEVAL_PROMPTS[scale],
-                              tokens=tokens, progress=progress, include_train_length=False)
+    out += stages.run(f"retrieval@{multiple}x", lambda: evaluate_retrieval(
+        run, tasks=plan.RETRIEVAL_TASKS, lengths=[multiple * train_length], columns=at_length,
+        num_prompts=plan.RETRIEVAL_PROMPTS[scale], tokens=tokens, progress=progress,
+        include_train_length=False))
   return out
 
 
 def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, data_dir="",
             echo=print, keep_run=False) -> pathlib.Path:
-  """Trains (or resumes) and evaluates `entry`, then saves its record; returns the record's path."""
+  """Trains (or resumes) and evaluates `entry`, then saves its record; returns the record's path.
+  The evaluation resumes too: stages finished before a stop are read back from the workdir."""
   config = study_config(entry, scale, data_dir)
   workdir = pathlib.Path(runs_dir) / entry.key
   started = time.time()
@@ -57,28 +60,34 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
   train_length = config.train_length
   columns = make_columns(["none", *plan.inference_options(config.model.position)])
   progress = lambda what: echo(f"  evaluating {what}")
+  plan_key = plan.plan_key(scale, retrieval=bool(entry.retrieval_fraction))
+  stages = Stages(workdir, {"checkpoint_step": run.step, "plan_key": plan_key,
+                            "code_version": code_version()}, echo=echo)
   records = []
   for multiple, windows in plan.SCALES[scale]["windows"].items():
     at_length = columns if multiple in plan.OPTION_MULTIPLES else columns[:1]  # "none" only
-    records += evaluate_run(run, lengths=[multiple * train_length], columns=at_length,
-                            num_windows=windows, tokens=tokens, progress=progress,
-                            include_train_length=False,
-                            repeat_period=train_length // plan.REPEAT_PERIOD_FRACTION)
-  retrieval = retrieval_records(run, scale, tokens, progress) if entry.retrieval_fraction else []
-  diagnostics = run_diagnostics(run, lengths=[8 * train_length], tokens=tokens)
+    records += stages.run(f"next_token@{multiple}x", lambda: evaluate_run(
+        run, lengths=[multiple * train_length], columns=at_length, num_windows=windows,
+        tokens=tokens, progress=progress, include_train_length=False,
+        repeat_period=train_length // plan.REPEAT_PERIOD_FRACTION))
+  retrieval = (retrieval_records(run, scale, tokens, progress, stages)
+               if entry.retrieval_fraction else [])
+  diagnostics = stages.run("diagnostics", lambda: run_diagnostics(
+      run, lengths=[8 * train_length], tokens=tokens))
   metrics = read_metrics(workdir)
   record = {
       "study": store.directory.name, "key": entry.key, "config_name": entry.config,
       "label": entry.label, "copy_fraction": entry.copy_fraction,
       "retrieval_fraction": entry.retrieval_fraction,
       "seed": entry.seed, "scale": scale,
-      "plan_key": plan.plan_key(scale, retrieval=bool(entry.retrieval_fraction)),
+      "plan_key": plan_key,
       "architecture": config.model.architecture, "checkpoint_step": run.step,
       "train": {"steps": config.num_train_steps, "seconds": train_seconds,
                 "final_loss": metrics[-1]["loss"] if metrics else None,
                 "final_eval_accuracy": next((m["eval_accuracy"] for m in reversed(metrics)
                                              if "eval_accuracy" in m), None)},
       "eval_seconds": round(time.time() - started - train_seconds, 1),
+      "resumed_stages": stages.resumed,  # evaluated before a stop: not in eval_seconds
       "config": config.to_dict(), "provenance": provenance(),
       "records": records, "retrieval": retrieval, "diagnostics": diagnostics,
   }
