@@ -42,6 +42,19 @@ def data_dir(tmp_path_factory):
   return str(tmp_path_factory.mktemp("tfds"))
 
 
+@pytest.fixture
+def reference_kernel(monkeypatch):
+  """Configs loaded by name (the study's and the reproduction's tiny runs) train with the reference
+  kernel, as tiny_config's do (train_helpers.py says why)."""
+  from keynorm_jax import run_config
+  load = run_config.load_config
+  def load_with_the_reference_kernel(name):
+    config = load(name)
+    config.model.kernel = "reference"
+    return config
+  monkeypatch.setattr(run_config, "load_config", load_with_the_reference_kernel)
+
+
 @pytest.fixture(scope="session")
 def straight_run(tmp_path_factory, data_dir):
   """An uninterrupted tiny 6-step run (checkpoints 3 and 6): the reference every resumed, sharded

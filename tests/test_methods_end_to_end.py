@@ -31,6 +31,9 @@ CASES += ["transformer_stickbreaking_nope", "transformer_kna_rope"]
 # 4's temperature (layers without RoPE) a NoPE run. The other runs evaluate "none" (the suite's
 # time; the skips of the rest are checked in test_skips_say_why).
 EVERY_METHOD = "transformer_kna_rope"
+# The tiny runs use the reference kernel (train_helpers); these train with `auto`, what a CPU run
+# gets by default (the cpu kernel), end to end.
+ON_THE_DEFAULT_KERNEL = ("transformer_kna_rope", "kna_rope")
 OWN_METHODS = {"transformer_baseline_alibi": ("alibi_interpolate", "ntk_alibi"),
                "baseline_nope": ("llama4_temperature",)}
 
@@ -54,6 +57,8 @@ def _evaluated_methods(name):
 def test_trains_and_evaluates_with_every_applicable_method(name, data_dir, tmp_path):
   config = tiny_config(name, data_dir=data_dir, train_length=16, num_train_steps=2,
                        checkpoint_every_steps=2, eval_windows=2)
+  if name in ON_THE_DEFAULT_KERNEL:
+    config.model.kernel = "auto"
   if config.model.position == "drope":   # of the two steps, one with RoPE and one without
     config.model.position_options.drop_share = 0.5
   training.train_and_evaluate(config, tmp_path)

@@ -30,7 +30,8 @@ def test_notebook_runs_end_to_end(tmp_path):
   assert (tmp_path / "runs" / "kna_rope" / "eval" / "results.json").exists()
 
 
-def test_reproduce_trains_evaluates_skips_and_writes_the_page(tmp_path, capsys):
+def test_reproduce_trains_evaluates_skips_and_writes_the_page(tmp_path, capsys,
+                                                           reference_kernel):
   kwargs = dict(runs_dir=tmp_path / "runs", output=tmp_path / "page",
                 variants=["baseline_rope", "kna_nope"], steps=4, data_dir=str(tmp_path / "tfds"))
   page = reproduce("tiny", **kwargs).read_text()
@@ -46,7 +47,7 @@ def test_reproduce_trains_evaluates_skips_and_writes_the_page(tmp_path, capsys):
   assert again.split("## Run")[0] == page.split("## Run")[0]
 
 
-def test_reproduce_the_transformer(tmp_path):
+def test_reproduce_the_transformer(tmp_path, reference_kernel):
   page = reproduce("tiny", runs_dir=tmp_path / "runs", output=tmp_path / "page",
                    variants=["baseline_logn_rope"], steps=2, data_dir=str(tmp_path / "tfds"),
                    architecture="transformer").read_text()

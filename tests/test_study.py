@@ -33,7 +33,7 @@ def test_copy_accuracies_by_hand():
   assert (first, inside, beyond) == pytest.approx((0.2, 0.7, 0.6))
 
 
-def test_a_tiny_study_run_is_recorded_skipped_and_reported(tmp_path):
+def test_a_tiny_study_run_is_recorded_skipped_and_reported(tmp_path, reference_kernel):
   store = RecordStore("field_tiny", root=tmp_path / "results")
   entry = plan.StudyRun("kna_alibi")
   path = run_one(entry, scale="tiny", store=store, runs_dir=tmp_path / "runs",
@@ -102,7 +102,8 @@ def test_tables_name_the_code_version_and_device_of_each_record():
   assert made_with(old) == "01234567 (cpu)"
 
 
-def test_a_tiny_retrieval_run_is_recorded_with_its_retrieval_results(tmp_path, monkeypatch):
+def test_a_tiny_retrieval_run_is_recorded_with_its_retrieval_results(tmp_path, monkeypatch,
+                                                                     reference_kernel):
   monkeypatch.setattr(plan, "RETRIEVAL_MULTIPLES", (1, 2))    # the plan's shape, fewer lengths
   monkeypatch.setattr(plan, "RETRIEVAL_TASKS", ("passkey", "mqar"))
   monkeypatch.setattr(plan, "RETRIEVAL_OPTION_MULTIPLES", (2,))
