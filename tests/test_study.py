@@ -6,12 +6,11 @@ import pathlib
 
 import pytest
 
-from keynorm_jax.study import plan
+from keynorm_jax.evaluation.retrieval import evaluate_retrieval
+from keynorm_jax.study import plan, runner
 from keynorm_jax.study.records import RecordStore
 from keynorm_jax.study.report import (BEGIN, END, copy_accuracies, results_block,
                                      update_results_page, within_window_retention, write_report)
-from keynorm_jax.evaluation.retrieval import evaluate_retrieval
-from keynorm_jax.study import runner
 from keynorm_jax.study.runner import run_one
 
 pytestmark = pytest.mark.slow
