@@ -183,7 +183,8 @@ def test_cli_without_checkpoints(tmp_path):
 
 def test_another_kernel_gives_the_same_numbers(runs, tmp_path, monkeypatch):
   """--kernel evaluates with another attention kernel than the run's own: the same numbers (here
-  `blocked` in blocks of 16, against the run's own, the reference kernel of the tiny runs)."""
+  `blocked` in blocks of 16, with the CPU's dense layers, against the run's own, the reference
+  kernel of the tiny runs)."""
   from keynorm_jax.attention.kernels import blocked  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(blocked, "DEFAULT_BLOCK", 16)
   plain, _, _ = _evaluate(runs / "kna_rope", tmp_path / "a")

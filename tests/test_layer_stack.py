@@ -50,12 +50,15 @@ def test_scanned_layers_compute_what_the_loop_computes(name, remat):
 
 
 def test_scanned_training_with_fsdp_gives_the_loops_losses(tmp_path, monkeypatch, data_dir):
+  """Scanned layers, FSDP over 8 devices and the cpu kernel (what `auto` picks on a CPU) give the
+  losses of the plain loop of layers with the reference kernel."""
   training.train_and_evaluate(tiny_config(data_dir=data_dir, num_train_steps=3), tmp_path / "loop")
   loop_model = run_config.build_model(run_config.resolve(tiny_config()))
   monkeypatch.setattr(training, "init_params",
                       lambda model, seed, length: _stacked(init_params(loop_model, seed, length)))
   config = tiny_config(data_dir=data_dir, num_train_steps=3, num_devices=8, fsdp=4)
   config.model.scan_layers = True
+  config.model.kernel = "cpu"
   training.train_and_evaluate(config, tmp_path / "scan")
   losses = lambda run: [m["loss"] for m in read_metrics(tmp_path / run)]
   assert len(losses("scan")) == 3

@@ -128,13 +128,16 @@ def test_a_tiny_retrieval_run_is_recorded_with_its_retrieval_results(tmp_path, m
             data_dir=str(tmp_path / "tfds"))
   assert not store.path(entry.key).exists()
   stages_file = tmp_path / "runs" / entry.key / "study_stages.json"
-  assert set(json.loads(stages_file.read_text())["stages"]) == {"next_token@1x", "retrieval@1x"}
+  saved = json.loads(stages_file.read_text())["stages"]
+  assert set(saved) == {"next_token@1x", "retrieval@1x"}
   monkeypatch.setattr(runner, "evaluate_run", lambda *a, **kw: pytest.fail("evaluated again"))
   calls.clear()
   path = run_one(entry, scale="tiny", store=store, runs_dir=tmp_path / "runs",
                  data_dir=str(tmp_path / "tfds"))
   record = json.loads(path.read_text())
   assert calls == [[384]] and record["resumed_stages"] == ["next_token@1x", "retrieval@1x"]
+  assert [r for r in record["retrieval"] if r["length"] == 192] == saved["retrieval@1x"]
+  assert record["records"] == saved["next_token@1x"]
   assert not stages_file.exists()  # the workdir goes once the record is saved
   assert record["plan_key"] == plan.plan_key("tiny", retrieval=True) != plan.plan_key("tiny")
   assert record["config"]["train_length"] == 192 and record["retrieval_fraction"] == 0.5

@@ -1,11 +1,12 @@
-"""A study run's saved evaluation stages: reused for the same checkpoint, plan and code; computed
-again, with one line, when the file is corrupt or was made for another checkpoint."""
+"""A study run's saved evaluation stages: reused for the same checkpoint, plan, code and device;
+computed again, with one line, when the file is corrupt or was made for another checkpoint or
+device."""
 
 import json
 
 from keynorm_jax.study.stages import FILE_NAME, Stages
 
-IDENTITY = {"checkpoint_step": 3000, "plan_key": "cpu:x", "code_version": "abc"}
+IDENTITY = {"checkpoint_step": 3000, "plan_key": "cpu:x", "code_version": "abc", "device": "cpu"}
 
 
 def test_a_finished_stage_is_read_back_and_not_computed_again(tmp_path):
@@ -20,17 +21,21 @@ def test_a_finished_stage_is_read_back_and_not_computed_again(tmp_path):
                                                     "diagnostics": {"entropy": 1.0}}}
 
 
-def test_stages_of_another_checkpoint_are_computed_again(tmp_path):
-  Stages(tmp_path, IDENTITY).run("next_token@1x", lambda: [1])
-  later = Stages(tmp_path, {**IDENTITY, "checkpoint_step": 3500})
-  assert later.run("next_token@1x", lambda: [2]) == [2] and later.resumed == []
+def test_stages_of_another_checkpoint_or_device_are_computed_again(tmp_path):
+  for other in ({"checkpoint_step": 3500}, {"device": "NVIDIA H200"}):
+    Stages(tmp_path, IDENTITY).run("next_token@1x", lambda: [1])
+    lines = []
+    later = Stages(tmp_path, {**IDENTITY, **other}, echo=lines.append)
+    assert later.run("next_token@1x", lambda: [2]) == [2] and later.resumed == []
+    assert len(lines) == 1 and "was made for" in lines[0], lines
 
 
 def test_a_corrupt_stages_file_is_named_and_evaluation_starts_over(tmp_path):
   lines = []
-  for text in ('{"identity": ', '[1, 2]', '{"identity": %s, "stages": [1]}' % json.dumps(IDENTITY)):
+  saved = '{"identity": %s, "stages": %%s}' % json.dumps(IDENTITY)
+  for text in ('{"identity": ', '[1, 2]', saved % "[1]", saved % '{"next_token@1x": 5}'):
     (tmp_path / FILE_NAME).write_text(text)
     stages = Stages(tmp_path, IDENTITY, echo=lines.append)
     assert stages.run("next_token@1x", lambda: [7]) == [7] and stages.resumed == []
-  assert len(lines) == 3 and all("evaluating from the start" in line for line in lines)
+  assert len(lines) == 4 and all("evaluating from the start" in line for line in lines)
   assert str(tmp_path / FILE_NAME) in lines[0]

@@ -51,8 +51,14 @@ def test_one_and_eight_devices_give_the_same_losses_for_the_transformer(tmp_path
 
 
 @pytest.mark.slow
-def test_fsdp_over_8_devices_gives_the_same_losses(tmp_path, data_dir, straight_run):
-  training.train_and_evaluate(tiny_config(data_dir=data_dir, num_devices=8, fsdp=4), tmp_path)
+@pytest.mark.parametrize("kernel", ["reference", "cpu"])
+def test_fsdp_over_8_devices_gives_the_same_losses(tmp_path, data_dir, straight_run, kernel):
+  """FSDP over 8 devices gives the straight run's losses (reference kernel, data parallel); so does
+  the cpu kernel, what `auto` picks on a CPU, with its own backward passes and remat besides."""
+  config = tiny_config(data_dir=data_dir, num_devices=8, fsdp=4)
+  config.model.kernel = kernel
+  config.model.remat = kernel == "cpu"
+  training.train_and_evaluate(config, tmp_path)
   np.testing.assert_allclose([l for _, l in losses(tmp_path)],
                              [l for _, l in losses(straight_run)], rtol=1e-5)
 

@@ -61,8 +61,9 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
   columns = make_columns(["none", *plan.inference_options(config.model.position)])
   progress = lambda what: echo(f"  evaluating {what}")
   plan_key = plan.plan_key(scale, retrieval=bool(entry.retrieval_fraction))
+  made_on = {k: provenance()[k] for k in ("backend", "device", "jax", "matmul_precision")}
   stages = Stages(workdir, {"checkpoint_step": run.step, "plan_key": plan_key,
-                            "code_version": code_version()}, echo=echo)
+                            "code_version": code_version(), **made_on}, echo=echo)
   records = []
   for multiple, windows in plan.SCALES[scale]["windows"].items():
     at_length = columns if multiple in plan.OPTION_MULTIPLES else columns[:1]  # "none" only

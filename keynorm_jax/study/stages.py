@@ -4,7 +4,8 @@ A study stopped during a run's evaluation (preempted, killed, out of time on a l
 resumes after the last stage it finished instead of evaluating the run again from the start: the
 evaluation is deterministic (the same windows and prompts for every model), so a stage's saved
 results are the ones it would compute again. Saved stages count only for the same checkpoint step,
-plan and code version; the file is replaced atomically after each stage.
+plan, code version and device (backend, device kind, jax version, matmul precision: a record names
+one); the file is replaced atomically after each stage.
 """
 
 import json
@@ -22,24 +23,34 @@ class Stages:
   def __init__(self, workdir, identity: dict, echo: Callable[[str], None] = print):
     self.path = pathlib.Path(workdir) / FILE_NAME
     self.identity = identity
+    self.echo = echo
     self.done: dict[str, object] = {}
     self.resumed: list[str] = []
-    if not self.path.exists():
-      return
+    if self.path.exists():
+      self.done = self._read()
+
+  def _read(self) -> dict:
+    """The saved stages, or {} with one line saying why none are used."""
     try:
       saved = json.loads(self.path.read_text())
-      stages = saved["stages"] if saved.get("identity") == identity else {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-      echo(f"  {self.path} is unreadable ({type(e).__name__}); evaluating from the start")
-      return
-    if not isinstance(stages, dict):
-      echo(f"  {self.path} holds no stages; evaluating from the start")
-      return
-    self.done = stages
+      identity, stages = saved["identity"], saved["stages"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      self.echo(f"  {self.path} is unreadable ({type(e).__name__}); evaluating from the start")
+      return {}
+    if identity != self.identity:
+      self.echo(f"  {self.path} was made for {identity}, not {self.identity}; evaluating from "
+                "the start")
+      return {}
+    if not isinstance(stages, dict) or not all(isinstance(v, (list, dict))
+                                               for v in stages.values()):
+      self.echo(f"  {self.path} holds no stages' results; evaluating from the start")
+      return {}
+    return stages
 
   def run(self, name: str, compute: Callable[[], object]):
     if name in self.done:
       self.resumed.append(name)
+      self.echo(f"  {name}: read back from {self.path.name}")
       return self.done[name]
     result = compute()
     self.done[name] = result
