@@ -47,10 +47,11 @@ def reference_kernel(monkeypatch):
   """Configs loaded by name (the study's and the reproduction's tiny runs) train with the reference
   kernel, as tiny_config's do (train_helpers.py says why)."""
   from keynorm_jax import run_config
+  from train_helpers import TEST_KERNEL
   load = run_config.load_config
   def load_with_the_reference_kernel(name):
     config = load(name)
-    config.model.kernel = "reference"
+    config.model.kernel = TEST_KERNEL
     return config
   monkeypatch.setattr(run_config, "load_config", load_with_the_reference_kernel)
 

@@ -6,6 +6,10 @@ from keynorm_jax import run_config
 from keynorm_jax.training.metrics_writer import read_metrics
 
 
+# The kernel of the tests' tiny runs (tiny_config below; conftest's reference_kernel fixture).
+TEST_KERNEL = "reference"
+
+
 def tiny_config(name="kna_rope", data_dir="", **overrides):
   config = run_config.load_config(name)
   config.model_size = "tiny"
@@ -20,7 +24,7 @@ def tiny_config(name="kna_rope", data_dir="", **overrides):
   # reference compiles in about a third less time than the CPU layout `auto` picks. The kernels
   # themselves are checked against it (test_kernels.py, test_cpu_fast_paths.py), and the end-to-end
   # RoPE cases train with `auto` (test_methods_end_to_end.py).
-  config.model.kernel = "reference"
+  config.model.kernel = TEST_KERNEL
   run_config.check_override_keys(config, overrides)  # a misspelt key must not pass unnoticed
   config.update(overrides)
   return config
