@@ -11,7 +11,7 @@ from keynorm_jax.study import plan, runner
 from keynorm_jax.study.records import RecordStore
 from keynorm_jax.study.report import (BEGIN, END, copy_accuracies, results_block,
                                      update_results_page, within_window_retention, write_report)
-from keynorm_jax.study.runner import run_one
+from keynorm_jax.study.runner import run_one, step_seconds
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +32,14 @@ def test_copy_accuracies_by_hand():
   assert (first, inside, beyond) == pytest.approx((0.2, 0.7, 0.6))
 
 
+def test_step_seconds_add_the_logged_intervals_across_a_resume():
+  # 10 steps of 4 tokens at 20 tokens/s = 2 s; a resume at step 10, then 10 more at 40/s = 1 s.
+  metrics = [{"step": 10, "tokens_per_second": 20.0}, {"step": 20, "tokens_per_second": 40.0},
+             {"step": 20, "eval_accuracy": 0.5}]
+  assert step_seconds(metrics, tokens_per_step=4) == 3.0
+  assert step_seconds([], tokens_per_step=4) == 0.0
+
+
 def test_a_tiny_study_run_is_recorded_skipped_and_reported(tmp_path, reference_kernel):
   store = RecordStore("field_tiny", root=tmp_path / "results")
   entry = plan.StudyRun("kna_alibi")
@@ -42,6 +50,7 @@ def test_a_tiny_study_run_is_recorded_skipped_and_reported(tmp_path, reference_k
   assert store.find(entry.key, plan.plan_key("tiny")) is not None      # the study skips it
   assert store.find(entry.key, "another plan") is None                 # ...unless the plan changed
   assert record["provenance"]["code_version"] and record["checkpoint_step"] == 30
+  assert 0 < record["train"]["step_seconds"] <= record["train"]["seconds"]
   lengths = {r["length"] for r in record["records"]}
   assert lengths == {32, 256, 512}
   methods = {r["rope_scaling"] for r in record["records"]}

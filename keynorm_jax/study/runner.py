@@ -46,6 +46,18 @@ def retrieval_records(run, scale: str, tokens, progress, stages: Stages) -> list
   return out
 
 
+def step_seconds(metrics, tokens_per_step: int) -> float:
+  """Seconds spent in training steps over the whole run, across stops and resumes: each logged
+  interval's tokens over its tokens_per_second (the first interval after each start holds the
+  compilation; evaluation is not counted)."""
+  seconds, previous = 0.0, 0
+  for row in metrics:
+    if row.get("tokens_per_second"):
+      seconds += (row["step"] - previous) * tokens_per_step / row["tokens_per_second"]
+    previous = row["step"]
+  return round(seconds, 1)
+
+
 def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, data_dir="",
             echo=print, keep_run=False) -> pathlib.Path:
   """Trains (or resumes) and evaluates `entry`, then saves its record; returns the record's path.
@@ -83,7 +95,10 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
       "seed": entry.seed, "scale": scale,
       "plan_key": plan_key,
       "architecture": config.model.architecture, "checkpoint_step": run.step,
+      # seconds: this process (a run trained before a stop counts only its restore here);
+      # step_seconds: the training steps of the whole run, from its metrics log
       "train": {"steps": config.num_train_steps, "seconds": train_seconds,
+                "step_seconds": step_seconds(metrics, config.batch_size * config.train_length),
                 "final_loss": metrics[-1]["loss"] if metrics else None,
                 "final_eval_accuracy": next((m["eval_accuracy"] for m in reversed(metrics)
                                              if "eval_accuracy" in m), None)},
