@@ -14,7 +14,8 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
                qk_norm="none", ssmax=False, architecture="gau", position_options=None):
   c = ml_collections.ConfigDict()
   c.name = name
-  c.model_size = "cpu"            # tiny (tests) / cpu (laptop) / seed (the seed's ~100M)
+  c.model_size = "cpu"            # tiny (tests) / cpu (laptop) / medium (~25M, one accelerator)
+                                  # / seed (the seed's ~100M) / 1b
 
   # Model.
   m = c.model = ml_collections.ConfigDict()
@@ -38,6 +39,8 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.d_model = 0
   m.expansion = 0                 # GAU: e
   m.qk_size = 0                   # GAU: s
+  m.gau_qk = "shared"             # GAU: q, k scale-offsets of one z (the seed's) / separate: each
+                                  # of its own z = swish(x W), a diagnostic (RESULTS.md, retrieval)
   m.norm_position = "post" if architecture == "gau" else "pre"  # GAU: post (the seed's) / pre;
                                   # the Transformer is pre-norm only (post is refused)
   m.num_heads = 0                 # Transformer: query heads

@@ -33,6 +33,9 @@ MODEL_SIZES = {
         # Laptop / 2-core CPU: about 10 minutes (0.4 s a step of 8 x 512 tokens on 2 cores).
         "cpu": dict(model=dict(num_layers=4, d_model=256, expansion=512, qk_size=128),
                     batch_size=8, num_train_steps=1500, learning_rate=2e-3),
+        # ~25 M parameters, for one accelerator (the retrieval study's larger size).
+        "medium": dict(model=dict(num_layers=12, d_model=576, expansion=1152, qk_size=128),
+                       batch_size=16, num_train_steps=8000, learning_rate=1e-3),
         # The seed's ~100M GAU (24 layers, d 768, e 1536, s 128) for accelerators.
         "seed": dict(model=dict(num_layers=24, d_model=768, expansion=1536, qk_size=128),
                      batch_size=32, num_train_steps=20000, learning_rate=5e-4),
@@ -48,6 +51,9 @@ MODEL_SIZES = {
         # a jitted step of 8 x 512 about 1.1x the GAU's (1.05-1.2x measured on 2 CPU cores).
         "cpu": dict(model=dict(num_layers=4, d_model=192, num_heads=3),
                     batch_size=8, num_train_steps=1500, learning_rate=2e-3),
+        # 8 heads of 64, SwiGLU 1368; ~25 M parameters, the GAU medium's size, for one accelerator.
+        "medium": dict(model=dict(num_layers=8, d_model=512, num_heads=8),
+                       batch_size=16, num_train_steps=8000, learning_rate=1e-3),
         # GPT-2 small's shape: 12 heads of 64, SwiGLU 2048; 85 M parameters (byte vocabulary).
         "seed": dict(model=dict(num_layers=12, d_model=768, num_heads=12),
                      batch_size=32, num_train_steps=20000, learning_rate=5e-4),

@@ -52,12 +52,14 @@ def norm(kind, x, p, eps=1e-6):
   return layer_norm(x, p["scale"], p.get("bias", 0.0), eps)
 
 
-def gau_layer(x, p, *, e, s, attention_kwargs):
-  """One GAU layer. p: wi [d, 2e+s], wo [e, d], gamma_q, beta_q, gamma_k, beta_k [s]."""
+def gau_layer(x, p, *, e, s, attention_kwargs, separate=False):
+  """One GAU layer. p: wi [d, 2e+s] (separate: [d, 2e+2s], q's z then k's), wo [e, d], gamma_q,
+  beta_q, gamma_k, beta_k [s]."""
   h = swish(x @ p["wi"])
   u, v, z = h[:, :e], h[:, e:2 * e], h[:, 2 * e:2 * e + s]
+  z_k = h[:, 2 * e + s:2 * e + 2 * s] if separate else z
   q = z * p["gamma_q"] + p["beta_q"]
-  k = z * p["gamma_k"] + p["beta_k"]
+  k = z_k * p["gamma_k"] + p["beta_k"]
   return (u * ref.attention(q, k, v, **attention_kwargs)) @ p["wo"]
 
 

@@ -117,6 +117,10 @@ def test_the_new_model_settings_are_checked_where_they_are_set():
     ModelConfig(qkv_bias=True)
   with pytest.raises(ConfigError, match="already gates its attention output by u"):
     ModelConfig(output_gate=True)
+  with pytest.raises(ConfigError, match="gau_qk is a GAU setting"):
+    ModelConfig(**plain, gau_qk="separate")
+  with pytest.raises(ConfigError, match="model.gau_qk='split' is not one of shared, separate"):
+    ModelConfig(gau_qk="split")
 
 
 def test_qwen2_biases_on_q_k_v_are_carried_over(tmp_path):

@@ -125,11 +125,12 @@ def test_transformer_lm_matches_numpy(tied):
   np.testing.assert_allclose(got, expected, atol=5e-5, rtol=5e-5)
 
 
-@pytest.mark.parametrize("variant", ["baseline", "kna"])
-def test_gau_layer_matches_numpy(variant):
+@pytest.mark.parametrize("variant,gau_qk", [("baseline", "shared"), ("kna", "shared"),
+                                           ("kna", "separate")])
+def test_gau_layer_matches_numpy(variant, gau_qk):
   e, s = 24, 8
   cfg = ModelConfig(num_layers=1, d_model=D, expansion=e, qk_size=s, attention=variant,
-                    train_length=8)
+                    train_length=8, gau_qk=gau_qk)
   x = np.random.default_rng(5).normal(size=(2, T, D)).astype(np.float32)
   pos = np.broadcast_to(np.arange(T), (2, T))
   layer = GAULayer(cfg, layer_specs(cfg, EvalColumn(), T)[0])
@@ -142,7 +143,8 @@ def test_gau_layer_matches_numpy(variant):
   inv_freq = np.array([10000.0**(-2.0 * m / s) for m in range(s // 2)])
   for b in range(2):
     unit = layers_ref.gau_layer(x[b].astype(np.float64), weights, e=e, s=s,
-                                attention_kwargs=dict(variant=variant, inv_freq=inv_freq))
+                                attention_kwargs=dict(variant=variant, inv_freq=inv_freq),
+                                separate=gau_qk == "separate")
     expected = layers_ref.rms_norm(x[b] + unit, 1.0)              # post-norm residual (the seed's)
     np.testing.assert_allclose(got[b], expected, atol=2e-5, rtol=2e-5)
 
@@ -185,12 +187,16 @@ def _count(cfg):
 
 
 def test_size_presets():
-  for size in ("tiny", "cpu", "seed"):
+  for size in ("tiny", "cpu", "medium", "seed"):
     assert _count(_preset(size)) == _expected_params(_preset(size)), size
-  gau_cpu = run_config.load_config("kna_rope")
-  gau_cpu.model_size = "cpu"
-  gau = _count(run_config.model_config(run_config.resolve(gau_cpu)))
-  assert abs(_count(_preset("cpu")) / gau - 1) < 0.05       # equal cost at the cpu size
+  for size in ("cpu", "medium"):
+    gau_config = run_config.load_config("kna_rope")
+    gau_config.model_size = size
+    gau = _count(run_config.model_config(run_config.resolve(gau_config)))
+    assert abs(_count(_preset(size)) / gau - 1) < 0.05, size  # equal cost at these sizes
+  # GAU medium by hand: 12 x (d (2e + s) + e d + 4 s) + 2 V d
+  assert gau == 12 * (576 * (2 * 1152 + 128) + 1152 * 576 + 4 * 128) + 2 * 257 * 576
+  assert 20e6 < _count(_preset("medium")) < 30e6
   seed = _preset("seed")
   assert (seed.num_layers, seed.d_model, seed.heads, seed.head_size) == (12, 768, 12, 64)
   assert 80e6 < _count(seed) < 120e6

@@ -17,6 +17,7 @@ from keynorm_jax.errors import ConfigError
 ARCHITECTURES = ("gau", "transformer")
 QK_NORMS = ("none", "rmsnorm", "layernorm")
 NORM_POSITIONS = ("post", "pre")
+GAU_QK = ("shared", "separate")
 NORMS = ("rmsnorm", "layernorm")
 MLPS = ("swiglu", "gelu")
 DTYPES = ("float32", "bfloat16")
@@ -37,6 +38,7 @@ class ModelConfig:
   # GAU.
   expansion: int = 64
   qk_size: int = 16
+  gau_qk: str = "shared"   # q, k from one z (the seed's) or each from its own projection
   norm_position: str | None = None  # None: the architecture's own (GAU post, Transformer pre)
   # Transformer.
   num_heads: int = 0
@@ -78,6 +80,7 @@ class ModelConfig:
     _choice("attention", self.attention, VARIANTS)
     _choice("qk_norm", self.qk_norm, QK_NORMS)
     _choice("norm_position", self.norm_position, NORM_POSITIONS)
+    _choice("gau_qk", self.gau_qk, GAU_QK)
     _choice("norm", self.norm, NORMS)
     _choice("mlp", self.mlp, MLPS)
     _choice("compute_dtype", self.compute_dtype, DTYPES)
@@ -97,6 +100,9 @@ class ModelConfig:
         if getattr(self, name) < 1:
           raise ConfigError(f"model.{name} must be at least 1, got {getattr(self, name)}.")
     if self.architecture == "transformer":
+      if self.gau_qk != "shared":
+        raise ConfigError("model.gau_qk is a GAU setting (the Transformer projects q and k "
+                          "separately already); set model.gau_qk=shared.")
       self._check_transformer()
     if self.head_size % 2:
       raise ConfigError(f"The attention head size must be even (RoPE rotates pairs), got "

@@ -2,6 +2,8 @@
 
   h = swish(x W_i); u, v, z = split(h, [e, e, s])   (computed as three products x W_i[:, part])
   q = z * gamma_q + beta_q ; k = z * gamma_k + beta_k     (QK-norm: a norm with gain on q, k)
+  (model.gau_qk=separate: h = swish(x W_i) split [e, e, s, s] into u, v, z_q, z_k, and
+   q = z_q * gamma_q + beta_q ; k = z_k * gamma_k + beta_k: q and k no longer share z)
   o = (u * attention(q, k, v)) W_o
   x = RMSNorm(x + dropout(o))                            (post-norm; pre-norm is an option)
 
@@ -55,10 +57,12 @@ class GAULayer(nn.Module):
     """f(x): the gated attention unit, after dropout."""
     cfg = self.config
     dtype = jnp.dtype(cfg.compute_dtype)
-    u, v, z = (nn.swish(part) for part in SplitDense(
-        (cfg.expansion, cfg.expansion, cfg.qk_size), dtype=dtype, cpu_ops=cfg.cpu_ops,
-        name="wi")(x))
-    q, k = ScaleOffset(name="q_scale_offset")(z), ScaleOffset(name="k_scale_offset")(z)
+    separate = cfg.gau_qk == "separate"
+    u, v, z_q, *z_k = (nn.swish(part) for part in SplitDense(
+        (cfg.expansion, cfg.expansion, cfg.qk_size) + ((cfg.qk_size,) if separate else ()),
+        dtype=dtype, cpu_ops=cfg.cpu_ops, name="wi")(x))
+    z_k = z_k[0] if separate else z_q
+    q, k = ScaleOffset(name="q_scale_offset")(z_q), ScaleOffset(name="k_scale_offset")(z_k)
     if cfg.qk_norm != "none":
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
     out = PositionalAttention(cfg, self.spec, name="attention")(
