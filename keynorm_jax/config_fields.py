@@ -163,7 +163,8 @@ def _model_fields() -> dict:
   from keynorm_jax.models import config as model  # pylint: disable=g-import-not-at-top
   choices = {"architecture": model.ARCHITECTURES, "attention": VARIANTS,
              "qk_norm": model.QK_NORMS, "position": tuple(positions.TRAINING_METHODS.names()),
-             "norm_position": model.NORM_POSITIONS, "gau_qk": model.GAU_QK, "mlp": model.MLPS, "norm": model.NORMS,
+             "norm_position": model.NORM_POSITIONS, "gau_qk": model.GAU_QK, "mlp": model.MLPS,
+             "norm": model.NORMS,
              "compute_dtype": model.DTYPES, "param_dtype": model.DTYPES, "kernel": KERNEL_NAMES,
              "rope_scaling.type": rope.SCALINGS}
   return {f"model.{k}": dataclasses.replace(FIELDS[f"model.{k}"], choices=tuple(v))

@@ -32,6 +32,15 @@ def test_copy_accuracies_by_hand():
   assert (first, inside, beyond) == pytest.approx((0.2, 0.7, 0.6))
 
 
+def test_the_medium_scale_trains_the_medium_models_under_its_own_plan_key():
+  entry = next(e for e in plan.retrieval_runs() if e.config == "transformer_kna_rope")
+  config = runner.study_config(entry, "medium")
+  assert config.model_size == "medium" and config.model.d_model == 512
+  assert (config.num_train_steps, config.batch_size, config.train_length) == (3000, 16, 512)
+  assert plan.plan_key("medium", retrieval=True) != plan.plan_key("cpu", retrieval=True)
+  assert set(plan.RETRIEVAL_PROMPTS) == set(plan.SCALES)
+
+
 def test_step_seconds_add_the_logged_intervals_across_a_resume():
   # 10 steps of 4 tokens at 20 tokens/s = 2 s; a resume at step 10, then 10 more at 40/s = 1 s.
   metrics = [{"step": 10, "tokens_per_second": 20.0}, {"step": 20, "tokens_per_second": 40.0},

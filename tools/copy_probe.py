@@ -35,8 +35,8 @@ def record(args) -> pathlib.Path:
   train = {str(m["step"]): round(m["accuracy"], 4) for m in metrics
            if "accuracy" in m and m["step"] % 100 == 0}
   natural = {str(m["step"]): round(m["eval_accuracy"], 4) for m in metrics if "eval_accuracy" in m}
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True, check=False).stdout.strip()
+  commit = args.code or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                       capture_output=True, text=True, check=False).stdout.strip()
   out = FOLDER / f"{args.name}.json"
   out.write_text(json.dumps({
       "what": args.what, "command": args.command, "device": args.device, "code": commit,
@@ -74,6 +74,7 @@ def main():
   rec.add_argument("--what", required=True)
   rec.add_argument("--command", required=True)
   rec.add_argument("--device", default="cpu (2 cores)")
+  rec.add_argument("--code", default="", help="the commit the probe trained from; default HEAD")
   sub.add_parser("plot")
   args = parser.parse_args()
   print({"record": record, "plot": plot}[args.action](args))
