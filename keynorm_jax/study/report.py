@@ -210,7 +210,8 @@ def plot_by_position(records, architecture, path):
   ax.set_ylabel("next-token accuracy (non-repeated)")
   ax.set_title(f"{architecture}: accuracy by position at 8x the training length (solid: KNA)")
   ax.grid(alpha=0.3)
-  ax.legend(fontsize=6, ncol=2)
+  if ax.get_legend_handles_labels()[0]:  # none when no run has this length
+    ax.legend(fontsize=6, ncol=2)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
@@ -294,7 +295,8 @@ def plot_reach(records, architecture, path) -> bool:
   ax.set_ylabel("attention mass (queries beyond train_length)")
   ax.set_title(f"{architecture}: where attention goes at 8x, mean over layers (dotted: train_length)")
   ax.grid(alpha=0.3)
-  ax.legend(fontsize=6, ncol=2)
+  if ax.get_legend_handles_labels()[0]:  # none when no run has this length
+    ax.legend(fontsize=6, ncol=2)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
