@@ -37,19 +37,20 @@ def record(args) -> pathlib.Path:
   natural = {str(m["step"]): round(m["eval_accuracy"], 4) for m in metrics if "eval_accuracy" in m}
   commit = args.code or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                        capture_output=True, text=True, check=False).stdout.strip()
-  out = FOLDER / f"{args.name}.json"
+  out = pathlib.Path(args.folder) / f"{args.name}.json"
   out.write_text(json.dumps({
       "what": args.what, "command": args.command, "device": args.device, "code": commit,
       "train_accuracy_by_step": train, "eval_accuracy_natural_text": natural}, indent=1) + "\n")
   return out
 
 
-def plot(_) -> pathlib.Path:
+def plot(args) -> pathlib.Path:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, ax = plt.subplots(figsize=(7, 4))
-  for path in sorted(FOLDER.glob("*copy100*.json")):
+  folder = pathlib.Path(args.folder)
+  for path in sorted(folder.glob("*copy100*.json")):
     probe = json.loads(path.read_text())
     steps = sorted(probe["train_accuracy_by_step"], key=int)
     ax.plot([int(s) for s in steps], [probe["train_accuracy_by_step"][s] for s in steps],
@@ -59,14 +60,14 @@ def plot(_) -> pathlib.Path:
   ax.set_title("Copy probe, cpu size: who learns to copy")
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7)
-  out = FOLDER / "copy_probe.png"
+  out = folder / "copy_probe.png"
   fig.tight_layout()
   fig.savefig(out, dpi=110)
   return out
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   sub = parser.add_subparsers(dest="action", required=True)
   rec = sub.add_parser("record")
   rec.add_argument("--workdir", required=True)
@@ -75,8 +76,10 @@ def main():
   rec.add_argument("--command", required=True)
   rec.add_argument("--device", default="cpu (2 cores)")
   rec.add_argument("--code", default="", help="the commit the probe trained from; default HEAD")
-  sub.add_parser("plot")
-  args = parser.parse_args()
+  draw = sub.add_parser("plot")
+  for command in (rec, draw):
+    command.add_argument("--folder", default=str(FOLDER), help="where the probes' files are")
+  args = parser.parse_args(argv)
   print({"record": record, "plot": plot}[args.action](args))
 
 
