@@ -37,8 +37,7 @@ def auto_batch_size(model_cfg, length: int, num_windows: int) -> int:
   query_block, key_block = block_sizes(length)
   scores = length * length if query_block is None else query_block * key_block
   if model_cfg.architecture == "gau":
-    z_parts = 2 if model_cfg.gau_qk == "separate" else 1
-    width = 2 * model_cfg.expansion + z_parts * model_cfg.qk_size + model_cfg.d_model
+    width = sum(model_cfg.gau_parts) + model_cfg.d_model
   else:
     width = 3 * model_cfg.heads * model_cfg.head_size + 2 * model_cfg.resolved_mlp_size
   per_window = 4 * (6 * model_cfg.heads * scores                   # score blocks

@@ -197,6 +197,12 @@ class ModelConfig:
     return self.head_dim or self.d_model // self.heads
 
   @property
+  def gau_parts(self) -> tuple[int, ...]:
+    """The GAU's W_i columns by part: u, v, z (e, e, s), or u, v, z_q, z_k with gau_qk=separate."""
+    return (self.expansion, self.expansion, self.qk_size) + (
+        (self.qk_size,) if self.gau_qk == "separate" else ())
+
+  @property
   def resolved_mlp_size(self) -> int:
     """Transformer feed-forward width; default 8/3 d (SwiGLU) or 4 d (GELU), rounded to 8."""
     if self.mlp_size:

@@ -57,11 +57,9 @@ class GAULayer(nn.Module):
     """f(x): the gated attention unit, after dropout."""
     cfg = self.config
     dtype = jnp.dtype(cfg.compute_dtype)
-    separate = cfg.gau_qk == "separate"
     u, v, z_q, *z_k = (nn.swish(part) for part in SplitDense(
-        (cfg.expansion, cfg.expansion, cfg.qk_size) + ((cfg.qk_size,) if separate else ()),
-        dtype=dtype, cpu_ops=cfg.cpu_ops, name="wi")(x))
-    z_k = z_k[0] if separate else z_q
+        cfg.gau_parts, dtype=dtype, cpu_ops=cfg.cpu_ops, name="wi")(x))
+    z_k = z_k[0] if z_k else z_q   # gau_qk=separate: k has its own z
     q, k = ScaleOffset(name="q_scale_offset")(z_q), ScaleOffset(name="k_scale_offset")(z_k)
     if cfg.qk_norm != "none":
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)

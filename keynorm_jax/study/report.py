@@ -193,6 +193,12 @@ def seed_table(records):
   return _table(["config", "seeds", "1x", "8x", "8x / 1x"], rows)
 
 
+def _legend(ax) -> None:
+  """The runs' legend; none on a plot without runs (no run has the plotted length)."""
+  if ax.get_legend_handles_labels()[0]:
+    ax.legend(fontsize=6, ncol=2)
+
+
 def plot_by_position(records, architecture, path):
   recs = sorted(_seed0(records, architecture), key=_name)
   fig, ax = plt.subplots(figsize=(11, 5))
@@ -210,8 +216,7 @@ def plot_by_position(records, architecture, path):
   ax.set_ylabel("next-token accuracy (non-repeated)")
   ax.set_title(f"{architecture}: accuracy by position at 8x the training length (solid: KNA)")
   ax.grid(alpha=0.3)
-  if ax.get_legend_handles_labels()[0]:  # none when no run has this length
-    ax.legend(fontsize=6, ncol=2)
+  _legend(ax)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
@@ -295,8 +300,7 @@ def plot_reach(records, architecture, path) -> bool:
   ax.set_ylabel("attention mass (queries beyond train_length)")
   ax.set_title(f"{architecture}: where attention goes at 8x, mean over layers (dotted: train_length)")
   ax.grid(alpha=0.3)
-  if ax.get_legend_handles_labels()[0]:  # none when no run has this length
-    ax.legend(fontsize=6, ncol=2)
+  _legend(ax)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
