@@ -17,12 +17,12 @@ draws every results/retrieval_recipe/*copy100*.json into copy_probe.png there.
 import argparse
 import json
 import pathlib
-import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from keynorm_jax.study.provenance import commit  # pylint: disable=g-import-not-at-top
 from keynorm_jax.training.metrics_writer import read_metrics  # pylint: disable=g-import-not-at-top
 
 FOLDER = ROOT / "results" / "retrieval_recipe"
@@ -35,11 +35,10 @@ def record(args) -> pathlib.Path:
   train = {str(m["step"]): round(m["accuracy"], 4) for m in metrics
            if "accuracy" in m and m["step"] % 100 == 0}
   natural = {str(m["step"]): round(m["eval_accuracy"], 4) for m in metrics if "eval_accuracy" in m}
-  commit = args.code or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                       capture_output=True, text=True, check=False).stdout.strip()
+  code = args.code or (commit() or "unknown")[:7]
   out = pathlib.Path(args.folder) / f"{args.name}.json"
   out.write_text(json.dumps({
-      "what": args.what, "command": args.command, "device": args.device, "code": commit,
+      "what": args.what, "command": args.command, "device": args.device, "code": code,
       "train_accuracy_by_step": train, "eval_accuracy_natural_text": natural}, indent=1) + "\n")
   return out
 

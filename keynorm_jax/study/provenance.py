@@ -42,6 +42,11 @@ def _code_state() -> dict:
   }
 
 
+def commit() -> str | None:
+  """The commit this process runs (None outside a git checkout)."""
+  return _code_state()["commit"]
+
+
 def provenance() -> dict:
   return {
       "command": " ".join(sys.argv),
