@@ -18,7 +18,6 @@ from absl import app, flags, logging
 from keynorm_jax.data.retrieval import DEFAULT_DEPTHS
 from keynorm_jax import cli
 from keynorm_jax.attention import KERNEL_NAMES
-from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.command import (check_eval_options, check_tasks, evaluate_workdir,
                                             make_columns)
 from keynorm_jax.positions import INFERENCE_METHODS
@@ -76,20 +75,6 @@ _DIAGNOSTICS = flags.DEFINE_bool("diagnostics", False, "Also record key-norm spr
                                  "attention entropy per layer.")
 
 
-def _numbers(flag, kind, default):
-  """The comma-separated numbers of a list flag, or `default` when it is not given; ConfigError for
-  one that is given empty or with a word that is not a number."""
-  if flag.value is None:
-    return default
-  if not flag.value:
-    raise ConfigError(f"--{flag.name} is empty; give comma-separated numbers or leave it unset.")
-  try:
-    return [kind(v) for v in flag.value]
-  except ValueError:
-    raise ConfigError(f"--{flag.name} takes comma-separated numbers, got "
-                      f"{','.join(flag.value)!r}.") from None
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
@@ -107,8 +92,8 @@ def _evaluate():
                      num_prompts=_NUM_PROMPTS.value, num_windows=_NUM_WINDOWS.value,
                      repeat_period=_REPEAT_PERIOD.value, workdir=_WORKDIR.value,
                      output=_OUTPUT.value)
-  lengths = _numbers(_LENGTHS, int, [_LENGTH.value])
-  depths = _numbers(_DEPTHS, float, DEFAULT_DEPTHS)
+  lengths = cli.numbers("lengths", _LENGTHS.value, int, [_LENGTH.value])
+  depths = cli.numbers("depths", _DEPTHS.value, float, DEFAULT_DEPTHS)
   tasks = check_tasks(_TASKS.value)
   columns = make_columns(_METHODS.value, posthoc_logn=_POSTHOC_LOGN.value,
                          **{name: flag.value for name, flag in _KNOBS.items()})

@@ -35,3 +35,17 @@ def check_folder_flags(**folders) -> None:
   for name, value in folders.items():
     if value == "":
       raise ConfigError(f"--{name} is empty; pass a folder, or leave it unset for its default.")
+
+
+def numbers(name: str, values, kind, default):
+  """The numbers of list flag --name (`values`: its comma-separated words, None when it is not
+  given) as `kind`, or `default` when it is not given; ConfigError for one given empty or with a
+  word that is not a number."""
+  if values is None:
+    return default
+  if not values:
+    raise ConfigError(f"--{name} is empty; give comma-separated numbers or leave it unset.")
+  try:
+    return [kind(v) for v in values]
+  except ValueError:
+    raise ConfigError(f"--{name} takes comma-separated numbers, got {','.join(values)!r}.") from None

@@ -14,7 +14,9 @@ from keynorm_jax.data.retrieval import mqar, passkey
 from keynorm_jax.data.tokenizer import decode, encode, join_documents
 from keynorm_jax.data.train_stream import train_dataset
 from keynorm_jax.errors import ConfigError
-from keynorm_jax.evaluation.command import evaluate_workdir, make_columns
+from keynorm_jax.cli import numbers
+from keynorm_jax.evaluation.command import (check_eval_options, evaluate_workdir,
+                                            make_columns)
 from keynorm_jax.evaluation.retrieval import answer_scores
 from keynorm_jax.evaluation.run_loading import load_run
 from keynorm_jax.training import loop as training
@@ -256,9 +258,20 @@ def test_eval_tasks_equal_direct_computation_and_write_heat_maps(tiny_run, held_
 
 
 def test_eval_cli_bad_retrieval_input_gets_one_line(tiny_run, tmp_path):
-  for args, message in [(["--tasks=passkey,nope"], "--tasks: unknown task 'nope'"),
-                        (["--tasks=passkey", "--depths=0.5,1.5"], "--depths takes fractions"),
-                        (["--tasks=passkey", "--lengths=256,abc"], "--lengths takes comma-separated"),
-                        (["--tasks=passkey", "--num_prompts=0"], "--num_prompts must be at least 1")]:
-    code, output = cli("eval.py", f"--workdir={tiny_run}", f"--output={tmp_path}", *args)
-    assert code != 0 and message in output and "Traceback" not in output, output
+  # The command line's one-line refusal, once (a process costs seconds); the others in-process.
+  code, output = cli("eval.py", f"--workdir={tiny_run}", f"--output={tmp_path}",
+                     "--tasks=passkey,nope")
+  assert code != 0 and "--tasks: unknown task 'nope'" in output and "Traceback" not in output, \
+      output
+  with pytest.raises(retrieval.RetrievalError, match="--depths takes fractions"):
+    evaluate_workdir(tiny_run, lengths=[64], columns=make_columns(["none"], posthoc_logn=False),
+                     output=tmp_path / "out", tasks=["passkey"], depths=[0.5, 1.5])
+  with pytest.raises(ConfigError, match="--lengths takes comma-separated numbers, got '256,abc'"):
+    numbers("lengths", ["256", "abc"], int, [4096])
+  with pytest.raises(ConfigError, match="--lengths is empty"):
+    numbers("lengths", [], int, [4096])
+  assert numbers("lengths", None, int, [4096]) == [4096]
+  assert numbers("depths", ["0", "0.5"], float, None) == [0.0, 0.5]
+  with pytest.raises(ConfigError, match="--num_prompts must be at least 1"):
+    check_eval_options(num_prompts=0)
+  assert not (tmp_path / "out").exists()   # refused before any work
