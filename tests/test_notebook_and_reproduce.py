@@ -31,9 +31,9 @@ def test_notebook_runs_end_to_end(tmp_path):
 
 
 def test_reproduce_trains_evaluates_skips_and_writes_the_page(tmp_path, capsys,
-                                                           reference_kernel):
+                                                           reference_kernel, data_dir):
   kwargs = dict(runs_dir=tmp_path / "runs", output=tmp_path / "page",
-                variants=["baseline_rope", "kna_nope"], steps=4, data_dir=str(tmp_path / "tfds"))
+                variants=["baseline_rope", "kna_nope"], steps=4, data_dir=data_dir)
   page = reproduce("tiny", **kwargs).read_text()
   assert "| Baseline | " in page and "| KNA + NoPE | " in page
   assert "49.41" in page                                    # the seed's number beside ours
@@ -47,9 +47,9 @@ def test_reproduce_trains_evaluates_skips_and_writes_the_page(tmp_path, capsys,
   assert again.split("## Run")[0] == page.split("## Run")[0]
 
 
-def test_reproduce_the_transformer(tmp_path, reference_kernel):
+def test_reproduce_the_transformer(tmp_path, reference_kernel, data_dir):
   page = reproduce("tiny", runs_dir=tmp_path / "runs", output=tmp_path / "page",
-                   variants=["baseline_logn_rope"], steps=2, data_dir=str(tmp_path / "tfds"),
+                   variants=["baseline_logn_rope"], steps=2, data_dir=data_dir,
                    architecture="transformer").read_text()
   assert (tmp_path / "runs" / "transformer_baseline_logn_rope" / "checkpoints" / "2").is_dir()
   assert "(transformer)" in page and "| Baseline-log n (Transformer) | " in page

@@ -49,11 +49,12 @@ def test_step_seconds_add_the_logged_intervals_across_a_resume():
   assert step_seconds([], tokens_per_step=4) == 0.0
 
 
-def test_a_tiny_study_run_is_recorded_skipped_and_reported(tmp_path, reference_kernel):
+def test_a_tiny_study_run_is_recorded_skipped_and_reported(tmp_path, reference_kernel,
+                                                           data_dir):
   store = RecordStore("field_tiny", root=tmp_path / "results")
   entry = plan.StudyRun("kna_alibi")
   path = run_one(entry, scale="tiny", store=store, runs_dir=tmp_path / "runs",
-                 data_dir=str(tmp_path / "tfds"))
+                 data_dir=data_dir)
   record = json.loads(path.read_text())
   assert record["plan_key"] == plan.plan_key("tiny")
   assert store.find(entry.key, plan.plan_key("tiny")) is not None      # the study skips it
@@ -120,7 +121,7 @@ def test_tables_name_the_code_version_and_device_of_each_record():
 
 
 def test_a_tiny_retrieval_run_is_recorded_with_its_retrieval_results(tmp_path, monkeypatch,
-                                                                     reference_kernel):
+                                                                     reference_kernel, data_dir):
   monkeypatch.setattr(plan, "RETRIEVAL_MULTIPLES", (1, 2))    # the plan's shape, fewer lengths
   monkeypatch.setattr(plan, "RETRIEVAL_TASKS", ("passkey", "mqar"))
   monkeypatch.setattr(plan, "RETRIEVAL_OPTION_MULTIPLES", (2,))
@@ -143,7 +144,7 @@ def test_a_tiny_retrieval_run_is_recorded_with_its_retrieval_results(tmp_path, m
   monkeypatch.setattr(runner, "evaluate_retrieval", stopped_at_2x)
   with pytest.raises(Stopped):
     run_one(entry, scale="tiny", store=store, runs_dir=tmp_path / "runs",
-            data_dir=str(tmp_path / "tfds"))
+            data_dir=data_dir)
   assert not store.path(entry.key).exists()
   stages_file = tmp_path / "runs" / entry.key / "study_stages.json"
   saved = json.loads(stages_file.read_text())["stages"]
@@ -151,7 +152,7 @@ def test_a_tiny_retrieval_run_is_recorded_with_its_retrieval_results(tmp_path, m
   monkeypatch.setattr(runner, "evaluate_run", lambda *a, **kw: pytest.fail("evaluated again"))
   calls.clear()
   path = run_one(entry, scale="tiny", store=store, runs_dir=tmp_path / "runs",
-                 data_dir=str(tmp_path / "tfds"))
+                 data_dir=data_dir)
   record = json.loads(path.read_text())
   assert calls == [[384]] and record["resumed_stages"] == ["next_token@1x", "retrieval@1x"]
   assert [r for r in record["retrieval"] if r["length"] == 192] == saved["retrieval@1x"]
