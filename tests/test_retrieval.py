@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from keynorm_jax import run_config
+from keynorm_jax.cli import numbers
 from keynorm_jax.data import corpora, retrieval
 from keynorm_jax.data.retrieval import mqar, passkey
 from keynorm_jax.data.tokenizer import decode, encode, join_documents
 from keynorm_jax.data.train_stream import train_dataset
 from keynorm_jax.errors import ConfigError
-from keynorm_jax.cli import numbers
 from keynorm_jax.evaluation.command import (check_eval_options, evaluate_workdir,
                                             make_columns)
 from keynorm_jax.evaluation.retrieval import answer_scores
