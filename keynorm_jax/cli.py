@@ -48,4 +48,5 @@ def numbers(name: str, values, kind, default):
   try:
     return [kind(v) for v in values]
   except ValueError:
-    raise ConfigError(f"--{name} takes comma-separated numbers, got {','.join(values)!r}.") from None
+    raise ConfigError(f"--{name} takes comma-separated numbers, "
+                      f"got {','.join(values)!r}.") from None
