@@ -41,6 +41,8 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.qk_size = 0                   # GAU: s
   m.gau_qk = "shared"             # GAU: q, k scale-offsets of one z (the seed's) / separate: each
                                   # of its own z = swish(x W), a diagnostic (RESULTS.md, retrieval)
+  m.gau_heads = 1                 # GAU: z and v split into this many attention heads (the seed's
+                                  # 1), a diagnostic (RESULTS.md, retrieval)
   m.norm_position = "post" if architecture == "gau" else "pre"  # GAU: post (the seed's) / pre;
                                   # the Transformer is pre-norm only (post is refused)
   m.num_heads = 0                 # Transformer: query heads

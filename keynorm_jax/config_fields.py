@@ -135,6 +135,7 @@ FIELDS = {
     "model.qk_size": _count(low=0, meaning="the GAU's s"),
     "model.norm_position": _text(),
     "model.gau_qk": _text(),
+    "model.gau_heads": _count(low=1, meaning="the GAU's attention heads"),
     "model.num_heads": _count(low=0),
     "model.head_dim": _count(low=0, meaning="0 = d_model / num_heads"),
     "model.num_kv_heads": _count(low=0, meaning="0 = num_heads"),

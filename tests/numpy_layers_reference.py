@@ -52,15 +52,20 @@ def norm(kind, x, p, eps=1e-6):
   return layer_norm(x, p["scale"], p.get("bias", 0.0), eps)
 
 
-def gau_layer(x, p, *, e, s, attention_kwargs, separate=False):
+def gau_layer(x, p, *, e, s, attention_kwargs, separate=False, heads=1):
   """One GAU layer. p: wi [d, 2e+s] (separate: [d, 2e+2s], q's z then k's), wo [e, d], gamma_q,
-  beta_q, gamma_k, beta_k [s]."""
+  beta_q, gamma_k, beta_k [s]. heads > 1: head i attends with columns i s/H .. (i+1) s/H - 1 of q
+  and k and columns i e/H .. (i+1) e/H - 1 of v; the heads' outputs side by side make the e
+  columns that u gates."""
   h = swish(x @ p["wi"])
   u, v, z = h[:, :e], h[:, e:2 * e], h[:, 2 * e:2 * e + s]
   z_k = h[:, 2 * e + s:2 * e + 2 * s] if separate else z
   q = z * p["gamma_q"] + p["beta_q"]
   k = z_k * p["gamma_k"] + p["beta_k"]
-  return (u * ref.attention(q, k, v, **attention_kwargs)) @ p["wo"]
+  qk, ve = s // heads, e // heads
+  out = [ref.attention(q[:, i * qk:(i + 1) * qk], k[:, i * qk:(i + 1) * qk],
+                       v[:, i * ve:(i + 1) * ve], **attention_kwargs) for i in range(heads)]
+  return (u * np.concatenate(out, axis=-1)) @ p["wo"]
 
 
 def multi_head_attention(q, k, v, per_head_kwargs):

@@ -121,6 +121,12 @@ def test_the_new_model_settings_are_checked_where_they_are_set():
     ModelConfig(**plain, gau_qk="separate")
   with pytest.raises(ConfigError, match="model.gau_qk='split' is not one of shared, separate"):
     ModelConfig(gau_qk="split")
+  with pytest.raises(ConfigError, match="gau_heads is a GAU setting"):
+    ModelConfig(**plain, gau_heads=2)
+  with pytest.raises(ConfigError, match="model.qk_size=16 does not split into model.gau_heads=3"):
+    ModelConfig(expansion=24, qk_size=16, gau_heads=3)
+  with pytest.raises(ConfigError, match="model.gau_heads must be at least 1, got 0"):
+    ModelConfig(gau_heads=0)
 
 
 def test_qwen2_biases_on_q_k_v_are_carried_over(tmp_path):

@@ -125,12 +125,12 @@ def test_transformer_lm_matches_numpy(tied):
   np.testing.assert_allclose(got, expected, atol=5e-5, rtol=5e-5)
 
 
-@pytest.mark.parametrize("variant,gau_qk", [("baseline", "shared"), ("kna", "shared"),
-                                           ("kna", "separate")])
-def test_gau_layer_matches_numpy(variant, gau_qk):
+@pytest.mark.parametrize("variant,gau_qk,heads", [("baseline", "shared", 1), ("kna", "shared", 1),
+                                                 ("kna", "separate", 1), ("kna", "shared", 2)])
+def test_gau_layer_matches_numpy(variant, gau_qk, heads):
   e, s = 24, 8
   cfg = ModelConfig(num_layers=1, d_model=D, expansion=e, qk_size=s, attention=variant,
-                    train_length=8, gau_qk=gau_qk)
+                    train_length=8, gau_qk=gau_qk, gau_heads=heads)
   x = np.random.default_rng(5).normal(size=(2, T, D)).astype(np.float32)
   pos = np.broadcast_to(np.arange(T), (2, T))
   layer = GAULayer(cfg, layer_specs(cfg, EvalColumn(), T)[0])
@@ -140,11 +140,12 @@ def test_gau_layer_matches_numpy(variant, gau_qk):
   weights = dict(wi=p["wi"], wo=p["wo"], gamma_q=p["q_scale_offset"]["gamma"],
                  beta_q=p["q_scale_offset"]["beta"], gamma_k=p["k_scale_offset"]["gamma"],
                  beta_k=p["k_scale_offset"]["beta"])
-  inv_freq = np.array([10000.0**(-2.0 * m / s) for m in range(s // 2)])
+  size = s // heads   # RoPE rotates each head's own q and k
+  inv_freq = np.array([10000.0**(-2.0 * m / size) for m in range(size // 2)])
   for b in range(2):
     unit = layers_ref.gau_layer(x[b].astype(np.float64), weights, e=e, s=s,
                                 attention_kwargs=dict(variant=variant, inv_freq=inv_freq),
-                                separate=gau_qk == "separate")
+                                separate=gau_qk == "separate", heads=heads)
     expected = layers_ref.rms_norm(x[b] + unit, 1.0)              # post-norm residual (the seed's)
     np.testing.assert_allclose(got[b], expected, atol=2e-5, rtol=2e-5)
 

@@ -39,6 +39,7 @@ class ModelConfig:
   expansion: int = 64
   qk_size: int = 16
   gau_qk: str = "shared"   # q, k from one z (the seed's) or each from its own projection
+  gau_heads: int = 1       # z and v split into this many heads (the seed's GAU: 1)
   norm_position: str | None = None  # None: the architecture's own (GAU post, Transformer pre)
   # Transformer.
   num_heads: int = 0
@@ -96,13 +97,21 @@ class ModelConfig:
       if self.output_gate:
         raise ConfigError("model.output_gate is a Transformer setting: the GAU already gates its "
                           "attention output by u; set model.output_gate=False.")
-      for name in ("expansion", "qk_size"):
+      for name in ("expansion", "qk_size", "gau_heads"):
         if getattr(self, name) < 1:
           raise ConfigError(f"model.{name} must be at least 1, got {getattr(self, name)}.")
+      for name in ("expansion", "qk_size"):
+        if getattr(self, name) % self.gau_heads:
+          raise ConfigError(f"model.{name}={getattr(self, name)} does not split into "
+                            f"model.gau_heads={self.gau_heads} equal heads; set gau_heads to a "
+                            f"divisor of both expansion and qk_size.")
     if self.architecture == "transformer":
       if self.gau_qk != "shared":
         raise ConfigError("model.gau_qk is a GAU setting (the Transformer projects q and k "
                           "separately already); set model.gau_qk=shared.")
+      if self.gau_heads != 1:
+        raise ConfigError("model.gau_heads is a GAU setting (the Transformer's heads are "
+                          "model.num_heads); set model.gau_heads=1.")
       self._check_transformer()
     if self.head_size % 2:
       raise ConfigError(f"The attention head size must be even (RoPE rotates pairs), got "
@@ -182,18 +191,19 @@ class ModelConfig:
 
   @property
   def heads(self) -> int:
-    """Query heads (GAU: 1)."""
-    return 1 if self.architecture == "gau" else (self.num_heads or 1)
+    """Query heads (GAU: gau_heads, the seed's 1)."""
+    return self.gau_heads if self.architecture == "gau" else (self.num_heads or 1)
 
   @property
   def kv_heads(self) -> int:
-    return 1 if self.architecture == "gau" else (self.num_kv_heads or self.heads)
+    return self.gau_heads if self.architecture == "gau" else (self.num_kv_heads or self.heads)
 
   @property
   def head_size(self) -> int:
-    """Size of q and k per head (GAU: qk_size; Transformer: head_dim, default d / heads)."""
+    """Size of q and k per head (GAU: qk_size / gau_heads; Transformer: head_dim, default
+    d / heads)."""
     if self.architecture == "gau":
-      return self.qk_size
+      return self.qk_size // self.gau_heads
     return self.head_dim or self.d_model // self.heads
 
   @property

@@ -5,6 +5,8 @@
   (model.gau_qk=separate: h = swish(x W_i) split [e, e, s, s] into u, v, z_q, z_k, and
    q = z_q * gamma_q + beta_q ; k = z_k * gamma_k + beta_k: q and k no longer share z)
   o = (u * attention(q, k, v)) W_o
+  (model.gau_heads=H: q, k split into H heads of s / H and v into H heads of e / H, each head
+   attending on its own, their outputs concatenated back to e before the gate u; the seed's H = 1)
   x = RMSNorm(x + dropout(o))                            (post-norm; pre-norm is an option)
 
 The token embedding is followed by the same parameter-free RMSNorm (post-norm). The output head is
@@ -61,10 +63,12 @@ class GAULayer(nn.Module):
         cfg.gau_parts, dtype=dtype, cpu_ops=cfg.cpu_ops, name="wi")(x))
     z_k = z_k[0] if z_k else z_q   # gau_qk=separate: k has its own z
     q, k = ScaleOffset(name="q_scale_offset")(z_q), ScaleOffset(name="k_scale_offset")(z_k)
-    if cfg.qk_norm != "none":
+    heads = lambda a: a.reshape(*a.shape[:2], cfg.heads, -1)   # [B, T, H, size / H]
+    q, k, v = heads(q), heads(k), heads(v)
+    if cfg.qk_norm != "none":   # per head, as the Transformer's
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
-    out = PositionalAttention(cfg, self.spec, name="attention")(
-        q[:, :, None], k[:, :, None], v[:, :, None], positions_BxT, x)[:, :, 0]
+    out = PositionalAttention(cfg, self.spec, name="attention")(q, k, v, positions_BxT, x)
+    out = out.reshape(*out.shape[:2], -1)
     out = linear(x.shape[-1], dtype, "wo", cfg.cpu_ops)(u * out)
     return nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
 
