@@ -62,10 +62,9 @@ def gau_layer(x, p, *, e, s, attention_kwargs, separate=False, heads=1):
   z_k = h[:, 2 * e + s:2 * e + 2 * s] if separate else z
   q = z * p["gamma_q"] + p["beta_q"]
   k = z_k * p["gamma_k"] + p["beta_k"]
-  qk, ve = s // heads, e // heads
-  out = [ref.attention(q[:, i * qk:(i + 1) * qk], k[:, i * qk:(i + 1) * qk],
-                       v[:, i * ve:(i + 1) * ve], **attention_kwargs) for i in range(heads)]
-  return (u * np.concatenate(out, axis=-1)) @ p["wo"]
+  by_head = lambda a: a.reshape(a.shape[0], heads, -1)
+  out = multi_head_attention(by_head(q), by_head(k), by_head(v), lambda h: attention_kwargs)
+  return (u * out) @ p["wo"]
 
 
 def multi_head_attention(q, k, v, per_head_kwargs):

@@ -196,7 +196,7 @@ class ModelConfig:
 
   @property
   def kv_heads(self) -> int:
-    return self.gau_heads if self.architecture == "gau" else (self.num_kv_heads or self.heads)
+    return self.heads if self.architecture == "gau" else (self.num_kv_heads or self.heads)
 
   @property
   def head_size(self) -> int:
