@@ -43,6 +43,8 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
                                   # of its own z = swish(x W), a diagnostic (RESULTS.md, retrieval)
   m.gau_heads = 1                 # GAU: z and v split into this many attention heads (the seed's
                                   # 1), a diagnostic (RESULTS.md, retrieval)
+  m.gau_mlp = False               # GAU: a feed-forward block (model.mlp, mlp_size) after each GAU
+                                  # layer, its own residual and norm (the seed's: none), a diagnostic
   m.norm_position = "post" if architecture == "gau" else "pre"  # GAU: post (the seed's) / pre;
                                   # the Transformer is pre-norm only (post is refused)
   m.num_heads = 0                 # Transformer: query heads

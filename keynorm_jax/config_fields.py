@@ -136,6 +136,7 @@ FIELDS = {
     "model.norm_position": _text(),
     "model.gau_qk": _text(),
     "model.gau_heads": _count(low=1, meaning="the GAU's attention heads"),
+    "model.gau_mlp": Field(bool),
     "model.num_heads": _count(low=0),
     "model.head_dim": _count(low=0, meaning="0 = d_model / num_heads"),
     "model.num_kv_heads": _count(low=0, meaning="0 = num_heads"),

@@ -127,6 +127,8 @@ def test_the_new_model_settings_are_checked_where_they_are_set():
     ModelConfig(expansion=24, qk_size=16, gau_heads=3)
   with pytest.raises(ConfigError, match="model.gau_heads must be at least 1, got 0"):
     ModelConfig(gau_heads=0)
+  with pytest.raises(ConfigError, match="gau_mlp is a GAU setting"):
+    ModelConfig(**plain, gau_mlp=True)
 
 
 def test_qwen2_biases_on_q_k_v_are_carried_over(tmp_path):

@@ -125,12 +125,13 @@ def test_transformer_lm_matches_numpy(tied):
   np.testing.assert_allclose(got, expected, atol=5e-5, rtol=5e-5)
 
 
-@pytest.mark.parametrize("variant,gau_qk,heads", [("baseline", "shared", 1), ("kna", "shared", 1),
-                                                 ("kna", "separate", 1), ("kna", "shared", 2)])
-def test_gau_layer_matches_numpy(variant, gau_qk, heads):
+@pytest.mark.parametrize("variant,gau_qk,heads,mlp", [
+    ("baseline", "shared", 1, False), ("kna", "shared", 1, False), ("kna", "separate", 1, False),
+    ("kna", "shared", 2, False), ("kna", "separate", 2, True)])
+def test_gau_layer_matches_numpy(variant, gau_qk, heads, mlp):
   e, s = 24, 8
   cfg = ModelConfig(num_layers=1, d_model=D, expansion=e, qk_size=s, attention=variant,
-                    train_length=8, gau_qk=gau_qk, gau_heads=heads)
+                    train_length=8, gau_qk=gau_qk, gau_heads=heads, gau_mlp=mlp)
   x = np.random.default_rng(5).normal(size=(2, T, D)).astype(np.float32)
   pos = np.broadcast_to(np.arange(T), (2, T))
   layer = GAULayer(cfg, layer_specs(cfg, EvalColumn(), T)[0])
@@ -147,6 +148,8 @@ def test_gau_layer_matches_numpy(variant, gau_qk, heads):
                                 attention_kwargs=dict(variant=variant, inv_freq=inv_freq),
                                 separate=gau_qk == "separate", heads=heads)
     expected = layers_ref.rms_norm(x[b] + unit, 1.0)              # post-norm residual (the seed's)
+    if mlp:   # the feed-forward step after it, post-norm as well
+      expected = layers_ref.rms_norm(expected + layers_ref.mlp("swiglu", expected, p["mlp"]), 1.0)
     np.testing.assert_allclose(got[b], expected, atol=2e-5, rtol=2e-5)
 
 

@@ -40,6 +40,7 @@ class ModelConfig:
   qk_size: int = 16
   gau_qk: str = "shared"   # q, k from one z (the seed's) or each from its own projection
   gau_heads: int = 1       # z and v split into this many heads (the seed's GAU: 1)
+  gau_mlp: bool = False    # a feed-forward block (mlp, mlp_size) after each GAU layer (seed: none)
   norm_position: str | None = None  # None: the architecture's own (GAU post, Transformer pre)
   # Transformer.
   num_heads: int = 0
@@ -112,6 +113,9 @@ class ModelConfig:
       if self.gau_heads != 1:
         raise ConfigError("model.gau_heads is a GAU setting (the Transformer's heads are "
                           "model.num_heads); set model.gau_heads=1.")
+      if self.gau_mlp:
+        raise ConfigError("model.gau_mlp is a GAU setting (every Transformer block has its MLP "
+                          "already); set model.gau_mlp=False.")
       self._check_transformer()
     if self.head_size % 2:
       raise ConfigError(f"The attention head size must be even (RoPE rotates pairs), got "

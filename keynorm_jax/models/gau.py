@@ -8,6 +8,8 @@
   (model.gau_heads=H: q, k split into H heads of s / H and v into H heads of e / H, each head
    attending on its own, their outputs concatenated back to e before the gate u; the seed's H = 1)
   x = RMSNorm(x + dropout(o))                            (post-norm; pre-norm is an option)
+  (model.gau_mlp: then x = RMSNorm(x + dropout(MLP(x))), the Transformer's MLP (model.mlp,
+   mlp_size) as a second residual step of the layer, in the same norm position; the seed's: none)
 
 The token embedding is followed by the same parameter-free RMSNorm (post-norm). The output head is
 untied by default (`tie_embeddings` ties it).
@@ -23,6 +25,7 @@ from keynorm_jax.models.layer_stack import layer_stack
 from keynorm_jax.models.layers import ScaleOffset, norm_layer, rms_norm
 from keynorm_jax.models.lm_parts import Embedder, sequence_positions
 from keynorm_jax.models.linear import linear, matmul
+from keynorm_jax.models.transformer import MLP
 
 
 class SplitDense(nn.Module):
@@ -50,10 +53,19 @@ class GAULayer(nn.Module):
 
   @nn.compact
   def __call__(self, x, positions_BxT, deterministic: bool):
-    """x -> the next layer's x: RMSNorm(x + f(x)) post-norm, x + f(RMSNorm(x)) pre-norm."""
+    """x -> the next layer's x: RMSNorm(x + f(x)) post-norm, x + f(RMSNorm(x)) pre-norm, with f
+    the gated attention unit, then (model.gau_mlp) the same step with f the MLP."""
+    x = self.residual(x, lambda h: self.unit(h, positions_BxT, deterministic))
+    if self.config.gau_mlp:
+      mlp = MLP(self.config, name="mlp")
+      x = self.residual(x, lambda h: nn.Dropout(self.config.dropout)(
+          mlp(h), deterministic=deterministic))
+    return x
+
+  def residual(self, x, f):
     if self.config.norm_position == "post":
-      return rms_norm(x + self.unit(x, positions_BxT, deterministic))
-    return x + self.unit(rms_norm(x), positions_BxT, deterministic)
+      return rms_norm(x + f(x))
+    return x + f(rms_norm(x))
 
   def unit(self, x, positions_BxT, deterministic: bool):
     """f(x): the gated attention unit, after dropout."""
