@@ -49,11 +49,13 @@ def plot(args) -> pathlib.Path:
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, ax = plt.subplots(figsize=(7, 4))
   folder = pathlib.Path(args.folder)
-  for path in sorted(folder.glob("*copy100*.json")):
+  colors = plt.get_cmap("tab20").colors   # past ten probes the default cycle repeats its colors
+  for i, path in enumerate(sorted(folder.glob("*copy100*.json"))):
     probe = json.loads(path.read_text())
     steps = sorted(probe["train_accuracy_by_step"], key=int)
     ax.plot([int(s) for s in steps], [probe["train_accuracy_by_step"][s] for s in steps],
-            marker=".", label=path.stem)
+            marker=".", label=path.stem, color=colors[i % len(colors)],
+            linestyle="--" if path.stem.startswith("transformer") else "-")
   ax.set_xlabel("training step")
   ax.set_ylabel("training accuracy (every window a copy)")
   ax.set_title("Copy probe, cpu size: who learns to copy")
