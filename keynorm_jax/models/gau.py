@@ -22,10 +22,9 @@ from keynorm_jax import positions
 from keynorm_jax.models.attention_block import PositionalAttention, layer_specs
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.layer_stack import layer_stack
-from keynorm_jax.models.layers import ScaleOffset, norm_layer, rms_norm
+from keynorm_jax.models.layers import MLP, ScaleOffset, norm_layer, rms_norm
 from keynorm_jax.models.lm_parts import Embedder, sequence_positions
 from keynorm_jax.models.linear import linear, matmul
-from keynorm_jax.models.transformer import MLP
 
 
 class SplitDense(nn.Module):

@@ -1,10 +1,14 @@
-"""Small layers shared by both architectures: norms, scale-offset, absolute position embeddings."""
+"""Small layers shared by both architectures: norms, scale-offset, the MLP, absolute position
+embeddings."""
 
 import math
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from keynorm_jax.models.config import ModelConfig
+from keynorm_jax.models.linear import linear
 
 
 def rms_norm(x, eps=1e-6):
@@ -30,6 +34,24 @@ def norm_layer(kind: str, name: str) -> nn.Module:
   if kind == "layernorm":
     return nn.LayerNorm(epsilon=1e-6, name=name)
   raise ValueError(f"Unknown norm {kind!r}; choose rmsnorm or layernorm.")
+
+
+class MLP(nn.Module):
+  """SwiGLU or GELU feed-forward block, no biases: the Transformer's, and the GAU's with
+  model.gau_mlp."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.config
+    dense = lambda features, name: linear(features, jnp.dtype(cfg.compute_dtype), name,
+                                          cfg.cpu_ops)
+    width = cfg.resolved_mlp_size
+    if cfg.mlp == "swiglu":
+      hidden = nn.silu(dense(width, "gate")(x)) * dense(width, "up")(x)
+    else:
+      hidden = nn.gelu(dense(width, "up")(x), approximate=False)
+    return dense(x.shape[-1], "down")(hidden)
 
 
 def sinusoidal_embedding(positions_BxT, dim: int):

@@ -20,7 +20,7 @@ from keynorm_jax import positions
 from keynorm_jax.models.attention_block import PositionalAttention, layer_specs
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.layer_stack import layer_stack
-from keynorm_jax.models.layers import norm_layer
+from keynorm_jax.models.layers import MLP, norm_layer
 from keynorm_jax.models.linear import linear
 from keynorm_jax.models.lm_parts import Embedder, sequence_positions
 
@@ -31,23 +31,6 @@ def block_norm(cfg: ModelConfig, name: str) -> nn.Module:
   if cfg.norm == "layernorm":
     return nn.LayerNorm(epsilon=cfg.norm_eps, use_bias=False, name=name)
   return nn.RMSNorm(epsilon=cfg.norm_eps, name=name)
-
-
-class MLP(nn.Module):
-  """SwiGLU or GELU feed-forward block, no biases."""
-  config: ModelConfig
-
-  @nn.compact
-  def __call__(self, x):
-    cfg = self.config
-    dense = lambda features, name: linear(features, jnp.dtype(cfg.compute_dtype), name,
-                                          cfg.cpu_ops)
-    width = cfg.resolved_mlp_size
-    if cfg.mlp == "swiglu":
-      hidden = nn.silu(dense(width, "gate")(x)) * dense(width, "up")(x)
-    else:
-      hidden = nn.gelu(dense(width, "up")(x), approximate=False)
-    return dense(x.shape[-1], "down")(hidden)
 
 
 class TransformerBlock(nn.Module):
