@@ -47,9 +47,11 @@ def plot(args) -> pathlib.Path:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(7, 4))
+  fig, ax = plt.subplots(figsize=(11, 4.5))
   folder = pathlib.Path(args.folder)
-  colors = plt.get_cmap("tab20").colors   # past ten probes the default cycle repeats its colors
+  # Past ten probes the default cycle repeats its colors: tab20's strong colors, then its pale ones.
+  tab20 = plt.get_cmap("tab20").colors
+  colors = tab20[0::2] + tab20[1::2]
   for i, path in enumerate(sorted(folder.glob("*copy100*.json"))):
     probe = json.loads(path.read_text())
     steps = sorted(probe["train_accuracy_by_step"], key=int)
@@ -60,7 +62,7 @@ def plot(args) -> pathlib.Path:
   ax.set_ylabel("training accuracy (every window a copy)")
   ax.set_title("Copy probe, cpu size: who learns to copy")
   ax.grid(alpha=0.3)
-  ax.legend(fontsize=7)
+  ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))   # beside, not over, the lines
   out = folder / "copy_probe.png"
   fig.tight_layout()
   fig.savefig(out, dpi=110)
