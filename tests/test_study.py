@@ -41,6 +41,16 @@ def test_the_medium_scale_trains_the_medium_models_under_its_own_plan_key():
   assert set(plan.RETRIEVAL_PROMPTS) == set(plan.SCALES)
 
 
+def test_the_gau_retrieval_runs_have_separate_q_and_k_in_4_heads_in_their_key_and_config():
+  entries = plan.retrieval_runs()
+  entry = next(e for e in entries if (e.config, e.seed) == ("kna_rope", 1))
+  assert entry.label == "kna_rope+gau_qk=separate+gau_heads=4+copy50+retrieval50"
+  assert entry.key == "kna_rope__gau_qk-separate__gau_heads-4__copy50__retrieval50__seed1"
+  config = runner.study_config(entry, "cpu")
+  assert (config.model.gau_qk, config.model.gau_heads, config.seed) == ("separate", 4, 1)
+  assert all(bool(e.model) != e.config.startswith("transformer_") for e in entries)
+
+
 def test_step_seconds_add_the_logged_intervals_across_a_resume():
   # 10 steps of 4 tokens at 20 tokens/s = 2 s; a resume at step 10, then 10 more at 40/s = 1 s.
   metrics = [{"step": 10, "tokens_per_second": 20.0}, {"step": 20, "tokens_per_second": 40.0},

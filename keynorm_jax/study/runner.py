@@ -22,6 +22,8 @@ def study_config(entry: plan.StudyRun, scale: str, data_dir: str = ""):
   config = run_config.load_config(entry.config)
   config.update(plan.SCALES[scale]["train"])
   config.seed = entry.seed
+  for name, value in entry.model:
+    config.model[name] = value
   config.data.copy_fraction = entry.copy_fraction
   config.data.retrieval_fraction = entry.retrieval_fraction
   if entry.retrieval_fraction:
