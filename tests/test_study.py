@@ -51,6 +51,17 @@ def test_the_gau_retrieval_runs_have_separate_q_and_k_in_4_heads_in_their_key_an
   assert all(bool(e.model) != e.config.startswith("transformer_") for e in entries)
 
 
+def test_gau_runs_with_their_own_model_settings_sit_beside_their_transformer_twin():
+  from keynorm_jax.study.report import architecture_table  # pylint: disable=import-outside-toplevel
+  labels = ["kna_rope+copy50+retrieval50", "kna_rope+gau_qk=separate+gau_heads=4+copy50+retrieval50",
+            "transformer_kna_rope+copy50+retrieval50", "transformer_kna_fox", "baseline_alibi"]
+  table = architecture_table([{"label": label, "config_name": label.split("+")[0], "seed": 0,
+                               "config": {"train_length": 8}, "records": []} for label in labels])
+  assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == [
+      "| `kna_fox`", "| `kna_rope+copy50+retrieval50`",
+      "| `kna_rope+gau_qk=separate+gau_heads=4+copy50+retrieval50`"]
+
+
 def test_step_seconds_add_the_logged_intervals_across_a_resume():
   # 10 steps of 4 tokens at 20 tokens/s = 2 s; a resume at step 10, then 10 more at 40/s = 1 s.
   metrics = [{"step": 10, "tokens_per_second": 20.0}, {"step": 20, "tokens_per_second": 40.0},

@@ -21,7 +21,8 @@ from keynorm_jax.study.report import update_results_page, write_report
 from keynorm_jax.study.runner import run_one
 
 _SCALE = flags.DEFINE_enum("scale", "cpu", list(plan.SCALES), "Study scale.")
-_RUNS = flags.DEFINE_list("runs", None, "Only these run keys (config__seedN).")
+_RUNS = flags.DEFINE_list("runs", None,
+                          "Only these run keys (<label>__seed<N>, e.g. kna_alibi__seed0).")
 _MAX_RUNS = flags.DEFINE_integer("max_runs", 0, "Stop after this many new runs (0: all).")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only rebuild the report from records.")
 _RUNS_DIR = flags.DEFINE_string("runs_dir", "runs/study", "Scratch folder for training runs.")
@@ -39,13 +40,13 @@ def selected_runs(entries, keys, shard: str) -> list:
   --runs, a key the plan does not have, or a bad --shard."""
   if keys is not None:
     if not keys:
-      raise ConfigError("--runs is empty; name run keys (config__seedN, comma-separated), or leave "
-                        "it unset for every planned run.")
+      raise ConfigError("--runs is empty; name run keys (<label>__seed<N>, comma-separated), or "
+                        "leave it unset for every planned run.")
     planned = {e.key for e in entries}
     unknown = [k for k in keys if k not in planned]
     if unknown:
       raise ConfigError(f"--runs: {', '.join(unknown)} is not a run of the study's plan; keys are "
-                        f"config__seedN, e.g. {entries[0].key} (keynorm_jax/study/plan.py).")
+                        f"<label>__seed<N>, e.g. {entries[0].key} (keynorm_jax/study/plan.py).")
     entries = [e for e in entries if e.key in keys]
   try:
     return plan.shard_of(entries, shard)

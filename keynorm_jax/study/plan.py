@@ -65,7 +65,13 @@ class StudyRun:
 
   @property
   def key(self) -> str:
+    """The label with `+` written `__` and `=` written `-`, and the seed: the record's file name."""
     return f"{self.label.replace('+', '__').replace('=', '-')}__seed{self.seed}"
+
+
+def without_model_changes(label: str) -> str:
+  """A run's label without its `+<name>=<value>` model settings (StudyRun.label)."""
+  return "+".join(part for part in label.split("+") if "=" not in part)
 
 
 # First the runs that answer the most: the Transformer's KeyNorm question (GAU vs Transformer for

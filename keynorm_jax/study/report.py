@@ -31,7 +31,8 @@ def _pct(x):
 
 
 def _name(record):
-  """The run's label: its config name, with +copy<percent> when trained with synthetic copies."""
+  """The run's label (plan.StudyRun.label: the config name, with its model settings, copy and
+  retrieval shares)."""
   return record.get("label", record["config_name"])
 
 
@@ -107,12 +108,14 @@ def _accuracy_cells(rec):
 
 
 def architecture_table(records):
-  """GAU and Transformer side by side for every config run on both (seed 0)."""
+  """GAU and Transformer side by side for every Transformer run (seed 0): beside it each GAU run
+  of the same config and shares, with any GAU model settings of its own (a row each), or none."""
   by_name = {_name(rec): rec for rec in records if rec["seed"] == 0}
   prefix = "transformer_"
-  names = sorted({n[len(prefix):] if n.startswith(prefix) else n for n in by_name})
-  rows = [[f"`{n}`"] + _accuracy_cells(by_name.get(n)) + _accuracy_cells(by_name.get(prefix + n))
-          for n in names if prefix + n in by_name]
+  gau = sorted(n for n in by_name if not n.startswith(prefix))
+  rows = [[f"`{g}`"] + _accuracy_cells(by_name.get(g)) + _accuracy_cells(by_name[prefix + n])
+          for n in sorted(n[len(prefix):] for n in by_name if n.startswith(prefix))
+          for g in [g for g in gau if plan.without_model_changes(g) == n] or [n]]
   cells = ["1x", "8x", "8x / 1x", "same windows"]
   return _table(["config"] + [f"GAU {c}" for c in cells] + [f"Transformer {c}" for c in cells],
                 rows)
