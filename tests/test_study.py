@@ -9,8 +9,9 @@ import pytest
 from keynorm_jax.evaluation.retrieval import evaluate_retrieval
 from keynorm_jax.study import plan, runner
 from keynorm_jax.study.records import RecordStore
-from keynorm_jax.study.report import (BEGIN, END, copy_accuracies, results_block,
-                                     update_results_page, within_window_retention, write_report)
+from keynorm_jax.study.report import (BEGIN, END, architecture_table, copy_accuracies,
+                                     results_block, update_results_page, within_window_retention,
+                                     write_report)
 from keynorm_jax.study.runner import run_one, step_seconds
 
 pytestmark = pytest.mark.slow
@@ -52,7 +53,6 @@ def test_the_gau_retrieval_runs_have_separate_q_and_k_in_4_heads_in_their_key_an
 
 
 def test_gau_runs_with_their_own_model_settings_sit_beside_their_transformer_twin():
-  from keynorm_jax.study.report import architecture_table  # pylint: disable=import-outside-toplevel
   labels = ["kna_rope+copy50+retrieval50", "kna_rope+gau_qk=separate+gau_heads=4+copy50+retrieval50",
             "transformer_kna_rope+copy50+retrieval50", "transformer_kna_fox", "baseline_alibi"]
   table = architecture_table([{"label": label, "config_name": label.split("+")[0], "seed": 0,
