@@ -108,6 +108,7 @@ FIELDS = {
     "data.tokenizer": _text("a tokenizer.json; empty = bytes"),
     "data.separator_id": Field(int, low=-1, meaning="the id after each document; -1 = 256"),
     "data.copy_fraction": _share("the share of training windows made synthetic copies"),
+    "data.copy_symbols": _share("the share of the copies that tile random characters"),
     "data.retrieval_fraction": _share("the share of the other windows given a retrieval episode"),
     "data.retrieval_tasks": _text("comma-separated retrieval tasks"),
     "model.architecture": _text(),

@@ -184,6 +184,10 @@ def validate(config: ml_collections.ConfigDict, num_devices: int) -> None:
   if config.data.dataset == "text_folder" and not config.data.text_folder:
     raise ConfigError("data.dataset=text_folder reads the .txt files of data.text_folder, which "
                       "is not set: add --config.data.text_folder=DIR.")
+  if config.data.copy_symbols and not config.data.copy_fraction:
+    raise ConfigError("data.copy_symbols is a share of the synthetic copies, and there are none: "
+                      "set data.copy_fraction > 0 too (e.g. --config.data.copy_fraction=0.5), or "
+                      "data.copy_symbols=0.")
   if config.data.retrieval_fraction:
     names = check_tasks(config.data.retrieval_tasks.split(","), "data.retrieval_tasks")
     needed = max(task(t).min_length(0) for t in names)

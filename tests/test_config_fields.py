@@ -70,6 +70,16 @@ def test_valid_edges_pass():
   run_config.validate(run_config.resolve(config), 1)
 
 
+def test_symbol_copies_without_copies_are_refused():
+  config = base.get_config()
+  config.data.copy_symbols = 0.5
+  with pytest.raises(ConfigError, match="data.copy_symbols is a share of the synthetic copies, and "
+                                        "there are none: set data.copy_fraction > 0"):
+    run_config.validate(run_config.resolve(config), 1)
+  config.data.copy_fraction = 0.5
+  run_config.validate(run_config.resolve(config), 1)
+
+
 def test_text_folder_dataset_without_a_folder_is_refused():
   config = base.get_config()
   config.data.dataset = "text_folder"

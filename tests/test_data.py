@@ -109,6 +109,31 @@ def test_synthetic_copies_replace_the_chosen_share_of_windows():
   assert all(tuple(row) in text for row in plain)
 
 
+def test_symbol_copies_tile_random_printable_characters_in_their_share_of_the_copies():
+  length, count = 64, 400
+  tokens = np.random.default_rng(0).integers(0, 256, size=length * count + 1)
+  make = lambda **kw: next(iter(train_dataset(tokens, train_length=length, global_batch_size=count,
+                                              seed=5, copy_fraction=0.5, **kw)))
+  plain, mixed = make(), make(copy_symbols=0.5)
+  printable = set(range(32, 127))                  # ASCII space to tilde
+  copies = symbol_copies = 0
+  seen = set()
+  for before, row in zip(plain, mixed):
+    period = next(p for p in range(1, length + 2) if (before[p:] == before[:-p]).all())
+    if period > length:                            # a text window: the copy draw is unchanged
+      np.testing.assert_array_equal(row, before)
+      continue
+    copies += 1
+    if (row == before).all():                      # a copy of the text, as without symbols
+      continue
+    symbol_copies += 1                             # same period, random printable characters
+    np.testing.assert_array_equal(row[period:], row[:-period])
+    assert set(row[:period].tolist()) <= printable, row[:period]
+    seen |= set(row[:period].tolist())
+  assert 0.35 < symbol_copies / copies < 0.65                         # ~ copy_symbols
+  assert set(b"0123456789") <= seen and set(b"aZ!") <= seen
+
+
 def test_hosts_split_the_global_batch():
   tokens = np.arange(200, dtype=np.int32)
   full = next(iter(train_dataset(tokens, train_length=4, global_batch_size=6, seed=1)))

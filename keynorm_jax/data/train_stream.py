@@ -9,7 +9,10 @@ stays a plain causal attention.
 Synthetic copies (`copy_fraction` > 0): that share of the windows, drawn once per window from the
 seed, is replaced by a prefix of itself of P tokens (P uniform in [MIN_COPY_PERIOD, train_length / 2])
 tiled over the whole window, so training contains copying at distances inside the trained range
-(the copy test evaluates period train_length / 4). Reported as such wherever used.
+(the copy test evaluates period train_length / 4). Reported as such wherever used. With
+`copy_symbols` > 0, that share of the copies (drawn from its own generator) tiles P random printable
+characters (SYMBOLS: digits, letters, punctuation, space) instead of the text's prefix, so copying
+is trained on characters the text never shows (the KJV holds no digit; the retrieval keys do).
 
 Retrieval episodes (`retrieval_fraction` > 0): that share of the other windows, drawn once per window
 from the seed, carries one episode of a retrieval task (`retrieval_tasks`, one drawn per window):
@@ -19,6 +22,8 @@ its needle at a uniform depth of the window's own text and its question and answ
 The pipeline is a Grain dataset; its iterator's `get_state()` is a small dict saved with every
 checkpoint, so a resumed run sees exactly the batches it would have seen.
 """
+
+import string
 
 import grain
 import numpy as np
@@ -30,11 +35,19 @@ from keynorm_jax.data.tokenizer import encode_with_offsets
 
 MIN_COPY_PERIOD = 16
 RETRIEVAL_STREAM = 1  # the retrieval draws' own generator, apart from the copy draws'
+SYMBOL_STREAM = 2     # the random-symbol copies' own generator
+SYMBOLS = string.digits + string.ascii_letters + string.punctuation + " "
 
 
 def copied(window, period: int):
   """The first `period` tokens of `window` repeated over its length."""
   return np.resize(window[:period], window.shape)
+
+
+def random_symbols(draw: np.random.Generator, count: int, encode=encode_with_offsets):
+  """`count` tokens of random SYMBOLS characters, drawn by `draw`, in encode's tokens."""
+  text = "".join(draw.choice(list(SYMBOLS), size=count))
+  return np.resize(np.asarray(encode(text)[0], np.int32), count)
 
 
 def num_windows(num_tokens: int, train_length: int) -> int:
@@ -43,8 +56,9 @@ def num_windows(num_tokens: int, train_length: int) -> int:
 
 def train_dataset(tokens, *, train_length: int, global_batch_size: int, seed: int,
                   process_index: int = 0, process_count: int = 1,
-                  copy_fraction: float = 0.0, retrieval_fraction: float = 0.0,
-                  retrieval_tasks=(), encode=encode_with_offsets) -> grain.IterDataset:
+                  copy_fraction: float = 0.0, copy_symbols: float = 0.0,
+                  retrieval_fraction: float = 0.0, retrieval_tasks=(),
+                  encode=encode_with_offsets) -> grain.IterDataset:
   """Endless dataset of int32 batches [global_batch_size / process_count, train_length + 1].
 
   Each epoch is a fresh shuffle (seeded) of all windows; every host sees the same global batch
@@ -71,7 +85,11 @@ def train_dataset(tokens, *, train_length: int, global_batch_size: int, seed: in
     if copy_fraction:
       draw = np.random.default_rng((seed, int(i)))
       if draw.random() < copy_fraction:
-        return copied(out, int(draw.integers(MIN_COPY_PERIOD, max_period + 1)))
+        period = int(draw.integers(MIN_COPY_PERIOD, max_period + 1))
+        symbols = np.random.default_rng((seed, int(i), SYMBOL_STREAM))
+        if copy_symbols and symbols.random() < copy_symbols:
+          return np.resize(random_symbols(symbols, period, encode), out.shape)
+        return copied(out, period)
     if retrieval_fraction:
       draw = np.random.default_rng((seed, int(i), RETRIEVAL_STREAM))
       if draw.random() < retrieval_fraction:

@@ -212,6 +212,7 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
                           global_batch_size=config.batch_size, seed=config.seed,
                           process_index=jax.process_index(), process_count=jax.process_count(),
                           copy_fraction=config.data.copy_fraction,
+                          copy_symbols=config.data.copy_symbols,
                           retrieval_fraction=config.data.retrieval_fraction,
                           retrieval_tasks=config.data.retrieval_tasks.split(","),
                           encode=offsets_encoder(config.data))
