@@ -136,13 +136,27 @@ def test_batch_not_divisible_by_devices(tmp_path, data_dir):
     training.train_and_evaluate(tiny_config(data_dir=data_dir, batch_size=6), tmp_path)
 
 
-def test_workdir_of_another_config_is_refused_and_kept(tmp_path, data_dir):
+def test_workdir_of_another_config_is_refused_and_kept(tmp_path, data_dir, monkeypatch):
   training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path, stop_after_steps=3)
   # qknorm_rope has more parameters: the refusal must come before any restore is tried.
   with pytest.raises(run_config.ConfigError, match="different config.*attention.*qk_norm"):
     training.train_and_evaluate(tiny_config("qknorm_rope", data_dir=data_dir), tmp_path)
   assert (tmp_path / "checkpoints" / "3").is_dir()
   assert not (tmp_path / "corrupt_checkpoints").exists()
+  # A checkpoint written before a setting existed (here data.copy_symbols) holds the setting at its
+  # default, what the code did before it: refused only where the run sets it otherwise.
+  newest = training._saved_config
+  def older(workdir):
+    saved = newest(workdir)
+    del saved.config_dict["data"]["copy_symbols"]
+    return saved
+  monkeypatch.setattr(training, "_saved_config", older)
+  symbols = tiny_config(data_dir=data_dir)
+  symbols.data.update(copy_fraction=0.5, copy_symbols=0.5)
+  with pytest.raises(run_config.ConfigError, match=r"data.copy_symbols \(0.0 there, 0.5 here\)"):
+    training.train_and_evaluate(symbols, tmp_path)
+  training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path, stop_after_steps=4)
+  assert [step for step, _ in losses(tmp_path)] == [1, 2, 3, 4]
 
 
 def _train_cli(args, cwd):

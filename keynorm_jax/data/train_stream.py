@@ -45,9 +45,13 @@ def copied(window, period: int):
 
 
 def random_symbols(draw: np.random.Generator, count: int, encode=encode_with_offsets):
-  """`count` tokens of random SYMBOLS characters, drawn by `draw`, in encode's tokens."""
-  text = "".join(draw.choice(list(SYMBOLS), size=count))
-  return np.resize(np.asarray(encode(text)[0], np.int32), count)
+  """`count` tokens of random SYMBOLS characters, drawn by `draw`, in encode's tokens: `count`
+  characters at a time (bytes: one draw, one token each) until that many tokens, then cut."""
+  ids = np.zeros([0], np.int32)
+  while len(ids) < count:
+    text = "".join(draw.choice(list(SYMBOLS), size=count))
+    ids = np.concatenate([ids, np.asarray(encode(text)[0], np.int32)])
+  return ids[:count]
 
 
 def num_windows(num_tokens: int, train_length: int) -> int:
