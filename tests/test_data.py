@@ -13,7 +13,7 @@ import tensorflow_datasets as tfds
 from keynorm_jax import run_config
 from keynorm_jax.data import corpora, kjv_dataset, tokenizer
 from keynorm_jax.data.eval_sets import eval_windows
-from keynorm_jax.data.train_stream import train_dataset
+from keynorm_jax.data.train_stream import random_symbols, train_dataset
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -132,6 +132,14 @@ def test_symbol_copies_tile_random_printable_characters_in_their_share_of_the_co
     seen |= set(row[:period].tolist())
   assert 0.35 < symbol_copies / copies < 0.65                         # ~ copy_symbols
   assert set(b"0123456789") <= seen and set(b"aZ!") <= seen
+
+
+def test_symbol_strings_are_cut_from_enough_characters_under_a_tokenizer():
+  # A stand-in tokenizer with one token per two characters: 50 tokens take two draws of 50.
+  halving = lambda text: (np.frombuffer(text.encode(), np.uint8)[::2].astype(np.int32), None)
+  ids = random_symbols(np.random.default_rng(0), 50, halving)
+  assert len(ids) == 50 and not (ids[25:] == ids[:25]).all()   # not the first 25 repeated
+  assert set(ids.tolist()) <= set(range(32, 127))
 
 
 def test_hosts_split_the_global_batch():
