@@ -100,7 +100,7 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   c.data.copy_fraction = 0.0      # share of training windows made synthetic copies (a prefix of
                                   # 16 to train_length / 2 tokens tiled); 0 = the text as is
   c.data.copy_symbols = 0.0       # share of those copies that tile random printable characters
-                                  # (digits, letters, punctuation, space) instead; 0 = the text's prefix
+                                  # (digits, letters, punctuation, space) instead; 0 = none
   c.data.retrieval_fraction = 0.0  # share of the training windows that are not copies given a
                                    # retrieval episode (needle at a uniform depth, question and
                                    # answer at the end); 0 = none
