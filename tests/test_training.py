@@ -1,5 +1,6 @@
 """The real training loop on a tiny model: logging, devices, resumption, corrupt checkpoints, NaN."""
 
+import copy
 import pathlib
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import run_config
+from keynorm_jax.storage.checkpoint_writer import CheckpointWriter
 from keynorm_jax.training import loop as training
 from keynorm_jax.training import sharding
 from keynorm_jax.training.metrics_writer import read_metrics
@@ -136,21 +138,27 @@ def test_batch_not_divisible_by_devices(tmp_path, data_dir):
     training.train_and_evaluate(tiny_config(data_dir=data_dir, batch_size=6), tmp_path)
 
 
-def test_workdir_of_another_config_is_refused_and_kept(tmp_path, data_dir, monkeypatch):
+def test_workdir_of_another_config_is_refused_and_kept(tmp_path, data_dir):
   training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path, stop_after_steps=3)
   # qknorm_rope has more parameters: the refusal must come before any restore is tried.
   with pytest.raises(run_config.ConfigError, match="different config.*attention.*qk_norm"):
     training.train_and_evaluate(tiny_config("qknorm_rope", data_dir=data_dir), tmp_path)
   assert (tmp_path / "checkpoints" / "3").is_dir()
   assert not (tmp_path / "corrupt_checkpoints").exists()
-  # A checkpoint written before a setting existed (here data.copy_symbols) holds the setting at its
-  # default, what the code did before it: refused only where the run sets it otherwise.
-  newest = training._saved_config
-  def older(workdir):
-    saved = newest(workdir)
-    del saved.config_dict["data"]["copy_symbols"]
-    return saved
-  monkeypatch.setattr(training, "_saved_config", older)
+
+
+def test_a_checkpoint_from_before_a_setting_existed_resumes_with_its_default(tmp_path, data_dir,
+                                                                             monkeypatch):
+  # Checkpoints written without data.copy_symbols in their config, as before it existed: it
+  # counts as its default there, what the code did before it; refused only if set otherwise.
+  save = CheckpointWriter.save
+  def save_as_before(self, step, state, data_state, config_dict, history):
+    config_dict, history = copy.deepcopy(config_dict), copy.deepcopy(history)
+    del config_dict["data"]["copy_symbols"], history["user_config"]["data"]["copy_symbols"]
+    save(self, step, state, data_state, config_dict, history)
+  monkeypatch.setattr(CheckpointWriter, "save", save_as_before)
+  training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path, stop_after_steps=3)
+  monkeypatch.setattr(CheckpointWriter, "save", save)
   symbols = tiny_config(data_dir=data_dir)
   symbols.data.update(copy_fraction=0.5, copy_symbols=0.5)
   with pytest.raises(run_config.ConfigError, match=r"data.copy_symbols \(0.0 there, 0.5 here\)"):

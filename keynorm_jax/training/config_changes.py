@@ -11,6 +11,8 @@
 Configs are compared as the user set them, before resolve() fills in derived defaults, so
 extending num_train_steps is reported as num_train_steps and not as the warmup_steps derived
 from it. (Checkpoints of older versions hold only the resolved config; those are compared.)
+Settings added since a checkpoint was written count as their defaults there (what the code did
+before they existed), as when the checkpoint is evaluated (run_config.config_from_json_dict).
 """
 
 import datetime
@@ -18,6 +20,7 @@ import difflib
 import json
 import pathlib
 
+from keynorm_jax import run_config
 from keynorm_jax.errors import ConfigError
 
 FREE_CHANGES = ("checkpoint_every_steps", "max_checkpoints_to_keep", "log_every_steps",
@@ -66,7 +69,8 @@ def resume_changes(saved_config: dict, saved_history, user_config: dict, resolve
   saved_config / resolved_config: resolved configs (saved, now); saved_history: the checkpoint's
   history (None for older versions); user_config: the config as the user set it now.
   """
-  before, after = flatten(saved_config), flatten(resolved_config)
+  before = flatten(run_config.config_from_json_dict(saved_config).to_dict())
+  after = flatten(resolved_config)
   effective = _differing(before, after)
   if not effective:
     return {}

@@ -204,10 +204,7 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
   is_main = jax.process_index() == 0
   saved = _saved_config(workdir)  # checked before anything is restored, moved or loaded
   if saved is not None:
-    # Settings added since the checkpoint was written count as their defaults (what the code did
-    # before they existed), as when evaluating it.
-    saved_config = run_config.config_from_json_dict(saved.config_dict).to_dict()
-    config_changes.resume_changes(saved_config, saved.history, user_config,
+    config_changes.resume_changes(saved.config_dict, saved.history, user_config,
                                   config.to_dict(), allow_config_change, workdir)
 
   train_tokens, validation_tokens = tokens
