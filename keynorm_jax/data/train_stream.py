@@ -90,9 +90,10 @@ def train_dataset(tokens, *, train_length: int, global_batch_size: int, seed: in
       draw = np.random.default_rng((seed, int(i)))
       if draw.random() < copy_fraction:
         period = int(draw.integers(MIN_COPY_PERIOD, max_period + 1))
-        symbols = np.random.default_rng((seed, int(i), SYMBOL_STREAM))
-        if copy_symbols and symbols.random() < copy_symbols:
-          return np.resize(random_symbols(symbols, period, encode), out.shape)
+        if copy_symbols:
+          symbols = np.random.default_rng((seed, int(i), SYMBOL_STREAM))
+          if symbols.random() < copy_symbols:
+            return np.resize(random_symbols(symbols, period, encode), out.shape)
         return copied(out, period)
     if retrieval_fraction:
       draw = np.random.default_rng((seed, int(i), RETRIEVAL_STREAM))
