@@ -225,7 +225,8 @@ def config_from_json_dict(saved: dict) -> ml_collections.ConfigDict:
   position = saved.get("model", {}).get("position", "rope")
   if position not in positions.TRAINING_METHODS.names():
     raise ConfigError(f"The checkpoint's model uses position {position!r}, which this code does "
-                      f"not have. Evaluate it with the version of keynorm-jax that trained it.")
+                      f"not have. Evaluate or resume it with the version of keynorm-jax that "
+                      f"trained it.")
   expected = base.get_config(position=position).to_dict()  # its knobs are the method's own
 
   def keys(d, prefix=""):
@@ -238,7 +239,7 @@ def config_from_json_dict(saved: dict) -> ml_collections.ConfigDict:
   if unknown:
     raise ConfigError(
         f"The checkpoint's config does not match this code (unknown keys: {sorted(unknown)}). "
-        f"Evaluate it with the version of keynorm-jax that trained it, or retrain.")
+        f"Evaluate or resume it with the version of keynorm-jax that trained it, or retrain.")
   # Settings added since the checkpoint was written take their defaults, which are what the code
   # did before they existed (e.g. model.scan_layers=False).
   missing = sorted(keys(expected) - keys(saved))

@@ -167,6 +167,22 @@ def test_a_checkpoint_from_before_a_setting_existed_resumes_with_its_default(tmp
   assert [step for step, _ in losses(tmp_path)] == [1, 2, 3, 4]
 
 
+def test_a_checkpoint_from_a_newer_version_is_refused_and_kept(tmp_path, data_dir, monkeypatch):
+  # A setting this code does not have: resuming would drop it silently, so it is refused.
+  save = CheckpointWriter.save
+  def save_as_newer(self, step, state, data_state, config_dict, history):
+    config_dict = copy.deepcopy(config_dict)
+    config_dict["data"]["setting_of_a_newer_version"] = 1
+    save(self, step, state, data_state, config_dict, history)
+  monkeypatch.setattr(CheckpointWriter, "save", save_as_newer)
+  training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path, stop_after_steps=3)
+  monkeypatch.setattr(CheckpointWriter, "save", save)
+  with pytest.raises(run_config.ConfigError, match=r"unknown keys: \['data.setting_of_a_newer_"
+                                                   r"version'\]\). Evaluate or resume it with"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
+  assert checkpoint_steps(tmp_path) == [3]
+
+
 def _train_cli(args, cwd):
   return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd,
                         capture_output=True, text=True, timeout=300)
