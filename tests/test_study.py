@@ -3,6 +3,7 @@ derived figures checked on records whose answers are worked out by hand."""
 
 import json
 import pathlib
+import re
 
 import pytest
 
@@ -120,6 +121,19 @@ def test_results_page_shows_what_the_committed_records_say():
   assert f"{BEGIN}\n{results_block(records)}\n{END}" in text, (
       "RESULTS.md's field-study block is not the one the records in results/field/ give; rebuild "
       "it with `python -m keynorm_jax.study --report_only`.")
+
+
+def test_results_page_counts_the_retrieval_runs_the_records_hold():
+  # The prose says how much of the retrieval plan is recorded; that count is written by hand, so
+  # it is checked against the records here (every mention of it on the page).
+  planned = {entry.key for entry in plan.retrieval_runs()}
+  recorded = sum(RecordStore("field").path(key).is_file() for key in planned)
+  page = pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md"
+  text = " ".join(page.read_text().split())
+  counts = re.findall(r"(\d+) of the (?:retrieval )?plan's (\d+) runs", text)
+  assert len(counts) >= 2 and set(counts) == {(str(recorded), str(len(planned)))}, (
+      f"RESULTS.md says {sorted(set(counts))} of the retrieval plan's runs are recorded; the "
+      f"records in results/field/ say {recorded} of {len(planned)}. Update its prose.")
 
 
 def test_shards_split_the_plan_into_disjoint_parts_that_cover_it():
