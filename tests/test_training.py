@@ -147,18 +147,26 @@ def test_workdir_of_another_config_is_refused_and_kept(tmp_path, data_dir):
   assert not (tmp_path / "corrupt_checkpoints").exists()
 
 
+def _train_3_steps_as_another_version(tmp_path, data_dir, monkeypatch, edit):
+  """Trains 3 steps whose checkpoints hold their config (and the user's, in their history) as
+  `edit` leaves it: as another version of the code, with other settings, would write them."""
+  save = CheckpointWriter.save
+  def save_edited(self, step, state, data_state, config_dict, history):
+    config_dict, history = copy.deepcopy(config_dict), copy.deepcopy(history)
+    edit(config_dict)
+    edit(history["user_config"])
+    save(self, step, state, data_state, config_dict, history)
+  with monkeypatch.context() as patch:
+    patch.setattr(CheckpointWriter, "save", save_edited)
+    training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path, stop_after_steps=3)
+
+
 def test_a_checkpoint_from_before_a_setting_existed_resumes_with_its_default(tmp_path, data_dir,
                                                                              monkeypatch):
   # Checkpoints written without data.copy_symbols in their config, as before it existed: it
   # counts as its default there, what the code did before it; refused only if set otherwise.
-  save = CheckpointWriter.save
-  def save_as_before(self, step, state, data_state, config_dict, history):
-    config_dict, history = copy.deepcopy(config_dict), copy.deepcopy(history)
-    del config_dict["data"]["copy_symbols"], history["user_config"]["data"]["copy_symbols"]
-    save(self, step, state, data_state, config_dict, history)
-  monkeypatch.setattr(CheckpointWriter, "save", save_as_before)
-  training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path, stop_after_steps=3)
-  monkeypatch.setattr(CheckpointWriter, "save", save)
+  _train_3_steps_as_another_version(tmp_path, data_dir, monkeypatch,
+                                    lambda config: config["data"].pop("copy_symbols"))
   symbols = tiny_config(data_dir=data_dir)
   symbols.data.update(copy_fraction=0.5, copy_symbols=0.5)
   with pytest.raises(run_config.ConfigError, match=r"data.copy_symbols \(0.0 there, 0.5 here\)"):
@@ -169,14 +177,9 @@ def test_a_checkpoint_from_before_a_setting_existed_resumes_with_its_default(tmp
 
 def test_a_checkpoint_from_a_newer_version_is_refused_and_kept(tmp_path, data_dir, monkeypatch):
   # A setting this code does not have: resuming would drop it silently, so it is refused.
-  save = CheckpointWriter.save
-  def save_as_newer(self, step, state, data_state, config_dict, history):
-    config_dict = copy.deepcopy(config_dict)
-    config_dict["data"]["setting_of_a_newer_version"] = 1
-    save(self, step, state, data_state, config_dict, history)
-  monkeypatch.setattr(CheckpointWriter, "save", save_as_newer)
-  training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path, stop_after_steps=3)
-  monkeypatch.setattr(CheckpointWriter, "save", save)
+  _train_3_steps_as_another_version(
+      tmp_path, data_dir, monkeypatch,
+      lambda config: config["data"].update(setting_of_a_newer_version=1))
   with pytest.raises(run_config.ConfigError, match=r"unknown keys: \['data.setting_of_a_newer_"
                                                    r"version'\]\). Evaluate or resume it with"):
     training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
