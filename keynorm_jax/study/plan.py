@@ -129,8 +129,9 @@ RETRIEVAL_FIRST = ("transformer_kna_rope", "transformer_baseline_scale_invariant
 # shared z) learned no retrieval with the recipe, nor with separate q and k in one head (3000 steps
 # each, 0% on both keys); with separate q and k in 4 heads (model.gau_qk, model.gau_heads) it
 # learned the letter key (65% at 1x at step 2500; seed 0, recorded 2026-11-26), not the digits,
-# nor in 5000 steps, so its runs keep the 3000 (RESULTS.md, "Retrieval beyond the training length",
-# the GAU's rows of "What it took").
+# nor in 5000 steps; KNA RoPE's seed 2 learned the digits in 3000 (100% at 1x, recorded
+# 2026-11-27), so its runs keep the 3000 (RESULTS.md, "Retrieval beyond the training length", the
+# GAU's rows of "What it took").
 RETRIEVAL_GAU_MODEL = (("gau_qk", "separate"), ("gau_heads", 4))
 RETRIEVAL_SEEDED = ("baseline_rope", "kna_rope", "cosa_logn_rope", "baseline_alibi")
 # The best retriever that normalizes no key, measured (seed 0, recorded 2026-11-26): Transformer
