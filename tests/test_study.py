@@ -213,12 +213,11 @@ def test_retrieval_tables_read_the_records_by_hand(monkeypatch):
   monkeypatch.setattr(plan, "RETRIEVAL_TASKS", ("passkey", "mqar"))
   def result(task, length, accuracy, method="none"):
     return {"task": task, "length": length, "rope_scaling": method, "accuracy": accuracy}
-  rec = lambda seed, passkey_2x, steps=3000: {
-      "label": "kna_rope+retrieval50", "seed": seed, "architecture": "gau",
-      "train": {"steps": steps},
+  rec = lambda seed, passkey_2x, steps=3000, label="kna_rope+retrieval50": {
+      "label": label, "seed": seed, "architecture": "gau", "train": {"steps": steps},
       "config": {"train_length": 512, "model": {"position": "rope"}},
-      "retrieval": [result("passkey", 512, 1.0), result("passkey", 1024, passkey_2x),
-                    result("mqar", 1024, 0.25, "window")]}
+      "retrieval": [result("passkey", 512, 1.0), result("mqar", 1024, 0.25, "window")]
+                   + ([] if passkey_2x is None else [result("passkey", 1024, passkey_2x)])}
   records = [rec(0, 0.5), rec(1, 0.7), rec(2, 0.9), rec(1, 0.0, steps=2000)]
   assert retrieval_report.find(records[0], "passkey", 2)["accuracy"] == 0.5
   assert retrieval_report.find(records[0], "mqar", 2) is None                 # only with window
@@ -226,7 +225,12 @@ def test_retrieval_tables_read_the_records_by_hand(monkeypatch):
   assert "| `kna_rope+retrieval50` | 3000 | 100 | 50 |  |" in table            # seed 0 only
   seeds = retrieval_report.seed_table(records)
   # mean ± sd over the seeds trained alike; the one 2000-step record is no spread of them
-  assert "| `kna_rope+retrieval50` | 3000 | 0, 1, 2 | 100 ± 0 | 70 ± 20 |" in seeds
+  # then each seed's value, in the seeds column's order
+  assert ("| `kna_rope+retrieval50` | 3000 | 0, 1, 2 | 100 ± 0 (100, 100, 100) "
+          "| 70 ± 20 (50, 70, 90) |") in seeds
   assert "| 2000 |" not in seeds
+  gap = [rec(0, 0.5, label="x"), rec(1, None, label="x"), rec(2, 0.9, label="x")]
+  assert "| `x` | 3000 | 0, 1, 2 | 100 ± 0 (100, 100, 100) | 70 ± 28 (50, -, 90) |" \
+      in retrieval_report.seed_table(gap)                                     # seed 1 lacks 2x
   options = retrieval_report.options_table(records, "gau")
   assert "| `kna_rope+retrieval50` | 3000 | window |  |  | 25 |  |" in options

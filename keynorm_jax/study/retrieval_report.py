@@ -75,8 +75,9 @@ def options_table(records, architecture):
 
 
 def seed_table(records):
-  """Mean ± standard deviation over seeds of exact match at each multiple, for each label and
-  number of training steps with 2+ seeds."""
+  """Mean ± standard deviation over seeds of exact match at each multiple, then each seed's value
+  in the order of the seeds column (a run that learned a task and one that did not make a spread
+  that the mean alone hides), for each label and number of training steps with 2+ seeds."""
   by_label = collections.defaultdict(list)
   for rec in with_retrieval(records):
     by_label[rec["label"], _steps(rec)].append(rec)
@@ -87,10 +88,11 @@ def seed_table(records):
     cells = []
     for task in plan.RETRIEVAL_TASKS:
       for m in plan.RETRIEVAL_MULTIPLES:
-        values = [r["accuracy"] for r in (find(rec, task, m) for rec in recs)
-                  if r is not None and r.get("accuracy") is not None]
+        per_seed = [(r or {}).get("accuracy") for r in (find(rec, task, m) for rec in recs)]
+        values = [v for v in per_seed if v is not None]
+        each = ", ".join("-" if v is None else f"{100 * v:.0f}" for v in per_seed)
         cells.append(f"{100 * statistics.mean(values):.0f} ± {100 * statistics.stdev(values):.0f}"
-                     if len(values) > 1 else "n/a")
+                     f" ({each})" if len(values) > 1 else "n/a")
     rows.append([f"`{label}`", steps, ", ".join(str(r["seed"]) for r in recs)] + cells)
   head = ["run", "steps", "seeds"] + [f"{task} {m}x" for task in plan.RETRIEVAL_TASKS
                                       for m in plan.RETRIEVAL_MULTIPLES]
@@ -163,6 +165,7 @@ def retrieval_sections(records, heading="##", link_prefix="") -> list[str]:
               f"\n{heading}# {architecture}: inference-time options\n",
               options_table(records, architecture),
               f"\n![{architecture}: retrieval by length]({link_prefix}{png})\n"]
-  parts += [f"\n{heading}# Retrieval: seed-to-seed spread (mean ± standard deviation)\n",
+  parts += [f"\n{heading}# Retrieval: seed-to-seed spread (mean ± standard deviation, and each "
+            "seed's value)\n",
             seed_table(records)]
   return parts
