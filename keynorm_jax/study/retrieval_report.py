@@ -88,9 +88,10 @@ def seed_table(records):
     cells = []
     for task in plan.RETRIEVAL_TASKS:
       for m in plan.RETRIEVAL_MULTIPLES:
-        per_seed = [(r or {}).get("accuracy") for r in (find(rec, task, m) for rec in recs)]
-        values = [v for v in per_seed if v is not None]
-        each = ", ".join("-" if v is None else f"{100 * v:.0f}" for v in per_seed)
+        results = [find(rec, task, m) for rec in recs]
+        values = [r["accuracy"] for r in results
+                  if r is not None and r.get("accuracy") is not None]
+        each = ", ".join(_pct(r) or "-" for r in results)
         cells.append(f"{100 * statistics.mean(values):.0f} ± {100 * statistics.stdev(values):.0f}"
                      f" ({each})" if len(values) > 1 else "n/a")
     rows.append([f"`{label}`", steps, ", ".join(str(r["seed"]) for r in recs)] + cells)
