@@ -11,8 +11,8 @@ from keynorm_jax.evaluation.retrieval import evaluate_retrieval
 from keynorm_jax.study import plan, runner
 from keynorm_jax.study.records import RecordStore
 from keynorm_jax.study.report import (BEGIN, END, architecture_table, copy_accuracies,
-                                     results_block, update_results_page, within_window_retention,
-                                     write_report)
+                                     results_block, training_summary, update_results_page,
+                                     within_window_retention, write_report)
 from keynorm_jax.study.runner import run_one, step_seconds
 
 pytestmark = pytest.mark.slow
@@ -61,6 +61,14 @@ def test_gau_runs_with_their_own_model_settings_sit_beside_their_transformer_twi
   assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == [
       "| `kna_fox`", "| `kna_rope+copy50+retrieval50`",
       "| `kna_rope+gau_qk=separate+gau_heads=4+copy50+retrieval50`"]
+
+
+def test_the_report_says_what_the_records_trained_counted_from_their_configs():
+  configs = [(3000, 8, 512), (1000, 8, 512), (1000, 8, 512), (30, 2, 32)]
+  records = [{"config": {"num_train_steps": s, "batch_size": b, "train_length": t}}
+             for s, b, t in configs]
+  assert training_summary(records) == ("30 steps of 2 x 32 (1 run), 1000 steps of 8 x 512 (2 runs), "
+                                       "3000 steps of 8 x 512 (1 run)")
 
 
 def test_step_seconds_add_the_logged_intervals_across_a_resume():
@@ -135,6 +143,19 @@ def test_results_page_counts_the_retrieval_runs_the_records_hold():
   assert len(counts) >= 3 and set(counts) == {(str(recorded), str(len(planned)))}, (
       f"RESULTS.md says {sorted(set(counts))} of the retrieval plan's runs are recorded; the "
       f"records in results/field/ say {recorded} of {len(planned)}. Update its prose.")
+
+
+def test_results_page_counts_the_next_token_runs_the_records_hold():
+  retrieval = {entry.key for entry in plan.retrieval_runs()}
+  planned = {entry.key for entry in plan.field_runs()} - retrieval
+  store = RecordStore("field")
+  recorded = sum(store.find(key, plan.plan_key("cpu")) is not None for key in planned)
+  text = " ".join((pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md").read_text()
+                  .split())
+  counts = re.findall(r"(\d+) of the plan's (\d+) next-token runs", text)
+  assert counts == [(str(recorded), str(len(planned)))], (
+      f"RESULTS.md says {counts} of the plan's next-token runs are recorded; the records in "
+      f"results/field/ say {recorded} of {len(planned)}. Update its prose.")
 
 
 def test_shards_split_the_plan_into_disjoint_parts_that_cover_it():

@@ -107,6 +107,25 @@ def _accuracy_cells(rec):
   return [_pct(acc(one)), _pct(acc(eight)), _pct(ratio), _pct(within_window_retention(eight, t))]
 
 
+SIDE_BY_SIDE_NOTE = ("A row's own model settings (e.g. `gau_qk=separate+gau_heads=4`) are its GAU "
+                     "run's alone; its Transformer columns are the config's Transformer run with "
+                     "the same shares of copies and retrieval episodes.")
+
+
+def training_summary(records) -> str:
+  """What the records trained, counted from their configs: e.g. '1000 steps of 8 x 512 (65 runs),
+  3000 steps of 8 x 512 (40 runs)'."""
+  counts = collections.Counter((r["config"]["num_train_steps"], r["config"]["batch_size"],
+                                r["config"]["train_length"]) for r in records)
+  return ", ".join(f"{steps} steps of {batch} x {length} ({n} run{'s' * (n != 1)})"
+                   for (steps, batch, length), n in sorted(counts.items()))
+
+
+def _windows(scale) -> str:
+  """The evaluation windows per length multiple of `scale`, e.g. '16 at 1x, 16 at 8x, 8 at 16x'."""
+  return ", ".join(f"{n} at {m}x" for m, n in plan.SCALES[scale]["windows"].items())
+
+
 def architecture_table(records):
   """GAU and Transformer side by side for every Transformer run (seed 0): beside it each GAU run
   of the same config and shares, with any GAU model settings of its own (a row each), or none."""
@@ -238,7 +257,7 @@ def results_block(records) -> str:
            "(results/field/FIELD.md)). Accuracy (%) on non-repeated held-out text, one training "
            "seed unless the seed table says otherwise.\n",
            "#### GAU and Transformer, trained at 512 (1x), evaluated at 4096 (8x)\n",
-           architecture_table(records)]
+           SIDE_BY_SIDE_NOTE + "\n", architecture_table(records)]
   for architecture in ("gau", "transformer"):
     if _seed0(records, architecture):
       parts += [f"\n#### {architecture}: the field table (seed 0; 1x = 512, 8x = 4096, "
@@ -320,10 +339,13 @@ def write_report(records, output) -> pathlib.Path:
       f"{len(records)} finished runs. Accuracy in % (next-token, held-out text); `8x / 1x` divides "
       "accuracies on different windows; `beyond / inside` divides positions >= train_length by "
       "positions < train_length of the same 8x windows. Training and evaluation of each run: "
-      "`keynorm_jax/study/plan.py` (cpu: 1000 steps of 8 x 512; 16 windows at 1x and 8x, 8 at "
-      "16x).\n",
+      f"`keynorm_jax/study/plan.py`; these records trained {training_summary(records)}, and were "
+      "evaluated on held-out windows ("
+      + "; ".join(f"{scale}: {_windows(scale)}" for scale in sorted({r["scale"] for r in records}))
+      + ").\n",
   ]
-  sections += ["## GAU and Transformer side by side (seed 0)\n", architecture_table(records), ""]
+  sections += ["## GAU and Transformer side by side (seed 0)\n", SIDE_BY_SIDE_NOTE + "\n",
+               architecture_table(records), ""]
   for architecture in ("gau", "transformer"):
     if not _seed0(records, architecture):
       continue
