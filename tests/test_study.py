@@ -131,31 +131,25 @@ def test_results_page_shows_what_the_committed_records_say():
       "it with `python -m keynorm_jax.study --report_only`.")
 
 
-def test_results_page_counts_the_retrieval_runs_the_records_hold():
-  # The prose says how much of the retrieval plan is recorded; that count is written by hand, so
-  # it is checked against the records here (every mention of it on the page).
-  planned = {entry.key for entry in plan.retrieval_runs()}
-  store, plan_key = RecordStore("field"), plan.plan_key("cpu", retrieval=True)
+# The prose says how much of each part of the plan is recorded; those counts are written by hand,
+# so they are checked against the records here (every mention of them on the page).
+COUNTED_ON_THE_PAGE = [  # (part of the plan, how the page says it, at least this many mentions)
+    ("retrieval", r"(\d+) of the (?:retrieval )?plan's (\d+) runs", 3),
+    ("next-token", r"(\d+) of the plan's (\d+) next-token runs", 1),
+]
+
+
+@pytest.mark.parametrize("part,pattern,mentions", COUNTED_ON_THE_PAGE)
+def test_results_page_counts_the_runs_the_records_hold(part, pattern, mentions):
+  retrieval = {entry.key for entry in plan.retrieval_runs()}
+  planned = retrieval if part == "retrieval" else {e.key for e in plan.field_runs()} - retrieval
+  store, plan_key = RecordStore("field"), plan.plan_key("cpu", retrieval=part == "retrieval")
   recorded = sum(store.find(key, plan_key) is not None for key in planned)  # made by this plan
   page = pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md"
-  text = " ".join(page.read_text().split())
-  counts = re.findall(r"(\d+) of the (?:retrieval )?plan's (\d+) runs", text)
-  assert len(counts) >= 3 and set(counts) == {(str(recorded), str(len(planned)))}, (
-      f"RESULTS.md says {sorted(set(counts))} of the retrieval plan's runs are recorded; the "
+  counts = re.findall(pattern, " ".join(page.read_text().split()))
+  assert len(counts) >= mentions and set(counts) == {(str(recorded), str(len(planned)))}, (
+      f"RESULTS.md says {sorted(set(counts))} of the {part} plan's runs are recorded; the "
       f"records in results/field/ say {recorded} of {len(planned)}. Update its prose.")
-
-
-def test_results_page_counts_the_next_token_runs_the_records_hold():
-  retrieval = {entry.key for entry in plan.retrieval_runs()}
-  planned = {entry.key for entry in plan.field_runs()} - retrieval
-  store = RecordStore("field")
-  recorded = sum(store.find(key, plan.plan_key("cpu")) is not None for key in planned)
-  text = " ".join((pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md").read_text()
-                  .split())
-  counts = re.findall(r"(\d+) of the plan's (\d+) next-token runs", text)
-  assert counts == [(str(recorded), str(len(planned)))], (
-      f"RESULTS.md says {counts} of the plan's next-token runs are recorded; the records in "
-      f"results/field/ say {recorded} of {len(planned)}. Update its prose.")
 
 
 def test_shards_split_the_plan_into_disjoint_parts_that_cover_it():
