@@ -8,7 +8,6 @@ for the capture, so it is a measurement kept with its outputs, not part of the l
 
   PYTHONPATH=. python results/scale_invariant_scores/measure_scores.py RUN_WORKDIR NAME OUTPUT_DIR
 """
-import contextlib
 import json
 import sys
 import numpy as np
@@ -39,6 +38,19 @@ def patched_norm(mods, s, keep):
 def stats(x):
   return {"mean": float(x.mean()), "std": float(x.std()), "n": int(x.size)}
 
+def transformed(scores, distance, tau):
+  """a_t S + m_t, the NumPy form of the paper's eq. 14 and 16 (a_0 = 1, m_0 = 0)."""
+  log_term = np.log1p(np.maximum(distance, 0) / tau)
+  return np.sqrt(1 + 2 * log_term) * scores - 2 * log_term
+
+
+def far_mass(logits, causal, far):
+  """Mean over queries of the softmax mass (over causal keys) on the `far` keys."""
+  z = np.where(causal, logits, -np.inf)
+  e = np.exp(z - z.max(1, keepdims=True))
+  return float(((e * far).sum(1) / e.sum(1)).mean())
+
+
 def summarize(c):
   S = c["S"][0]; d = c["dist"][0]; P = c["probs"][0]     # [H,Q,K], [Q,K], [H,Q,K]
   H, Q, K = S.shape
@@ -57,28 +69,23 @@ def summarize(c):
         rowmax = masked.max(axis=1); rows = np.isfinite(rowmax)
         r[kname] = {**stats(vals), "mean_rowmax": float(rowmax[rows].mean()),
                     "p99": float(np.percentile(vals, 99))}
-      # transformed scores
-      a = np.sqrt(1 + 2 * np.log1p(np.maximum(dq, 0) / c["tau"])); m = -2 * np.log1p(np.maximum(dq, 0) / c["tau"])
-      T = a * sq + m
+      far = cq & (dq >= TRAIN)
+      T = transformed(sq, dq, c["tau"])
       tmax_near = np.where(cq & (dq < TRAIN), T, -np.inf).max(1)
-      tmax_far = np.where(cq & (dq >= TRAIN), T, -np.inf).max(1)
+      tmax_far = np.where(far, T, -np.inf).max(1)
       r["mean_rowmax_transformed_near"] = float(tmax_near.mean())
       if np.isfinite(tmax_far).any():
         ok = np.isfinite(tmax_far)
         r["mean_rowmax_transformed_far"] = float(tmax_far[ok].mean())
         r["frac_queries_argmax_far"] = float((tmax_far[ok] > tmax_near[ok]).mean())
       # mass at distance >= 512 from the model's own probabilities, and self-check from T
-      r["mass_dist>=512"] = float(np.where(cq & (dq >= TRAIN), pq, 0).sum(1).mean())
-      Tm = np.where(cq, T, -np.inf); Tm = Tm - Tm.max(1, keepdims=True); e = np.exp(Tm)
-      r["mass_dist>=512_recomputed"] = float((e * (cq & (dq >= TRAIN))).sum(1).mean() / 1.0 if False else ((e * (cq & (dq >= TRAIN))).sum(1) / e.sum(1)).mean())
+      r["mass_dist>=512"] = float(np.where(far, pq, 0).sum(1).mean())
+      r["mass_dist>=512_recomputed"] = far_mass(T, cq, far)
       # counterfactual (same S): a_t, m_t frozen at t = 511 for farther keys
-      dc = np.minimum(np.maximum(dq, 0), TRAIN - 1)
-      Tc = np.sqrt(1 + 2 * np.log1p(dc / c["tau"])) * sq - 2 * np.log1p(dc / c["tau"])
-      Tc = np.where(cq, Tc, -np.inf); Tc = Tc - Tc.max(1, keepdims=True); ec = np.exp(Tc)
-      r["mass_far_if_at_mt_frozen_at_511"] = float(((ec * (cq & (dq >= TRAIN))).sum(1) / ec.sum(1)).mean())
+      r["mass_far_if_at_mt_frozen_at_511"] = far_mass(
+          transformed(sq, np.minimum(dq, TRAIN - 1), c["tau"]), cq, far)
       # counterfactual: plain softmax of S (no a_t, m_t at all)
-      Sm = np.where(cq, sq, -np.inf); Sm = Sm - Sm.max(1, keepdims=True); es = np.exp(Sm)
-      r["mass_far_plain_softmax_S"] = float(((es * (cq & (dq >= TRAIN))).sum(1) / es.sum(1)).mean())
+      r["mass_far_plain_softmax_S"] = far_mass(sq, cq, far)
       res[qname] = r
     out[f"head{h}"] = res
   return out
@@ -88,7 +95,7 @@ def main(workdir, name, output_dir):
   scores_mod.scale_invariant = patched_si
   reference.normalized_with_entropy = patched_norm
   cfg = run.config
-  with cfg.unlocked() if hasattr(cfg, "unlocked") else contextlib.nullcontext():
+  with cfg.unlocked():
     cfg.model.kernel = "reference"
   model = run_config.build_model(cfg)
   tokens = held_out_tokens(cfg)
