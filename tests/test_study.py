@@ -143,13 +143,26 @@ COUNTED_ON_THE_PAGE = [  # (part of the plan, how the page says it, at least thi
 def test_results_page_counts_the_runs_the_records_hold(part, pattern, mentions):
   retrieval = {entry.key for entry in plan.retrieval_runs()}
   planned = retrieval if part == "retrieval" else {e.key for e in plan.field_runs()} - retrieval
-  store, plan_key = RecordStore("field"), plan.plan_key("cpu", retrieval=part == "retrieval")
-  recorded = sum(store.find(key, plan_key) is not None for key in planned)  # made by this plan
+  entries = plan.retrieval_runs() if part == "retrieval" else plan.field_runs()
+  store = RecordStore("field")
+  recorded = sum(store.find(e.key, runner.record_plan_key(e, "cpu")) is not None  # by this plan
+                 for e in entries if e.key in planned)
   page = pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md"
   counts = re.findall(pattern, " ".join(page.read_text().split()))
   assert len(counts) >= mentions and set(counts) == {(str(recorded), str(len(planned)))}, (
       f"RESULTS.md says {sorted(set(counts))} of the {part} plan's runs are recorded; the "
       f"records in results/field/ say {recorded} of {len(planned)}. Update its prose.")
+
+
+def test_drope_runs_add_its_temperature_under_a_plan_key_of_their_own():
+  # DroPE's next-token runs are evaluated with its logit scale too; no other record's key changes.
+  assert plan.inference_options("drope") == ("drope_temperature", "window", "streaming")
+  assert plan.inference_options("nope") == ("window", "streaming")
+  key = lambda config, retrieval=0.0: runner.record_plan_key(
+      plan.StudyRun(config, retrieval_fraction=retrieval), "cpu")
+  assert key("baseline_rope") == key("transformer_kna_nope") == plan.plan_key("cpu")
+  assert key("transformer_kna_drope") == plan.plan_key("cpu") + ":drope=drope_temperature"
+  assert key("transformer_kna_drope", 0.5) == plan.plan_key("cpu", retrieval=True)
 
 
 def test_shards_split_the_plan_into_disjoint_parts_that_cover_it():

@@ -18,7 +18,7 @@ from keynorm_jax.study import plan
 from keynorm_jax.study.provenance import provenance
 from keynorm_jax.study.records import RESULTS_ROOT, RecordStore
 from keynorm_jax.study.report import update_results_page, write_report
-from keynorm_jax.study.runner import run_one
+from keynorm_jax.study.runner import record_plan_key, run_one
 
 _SCALE = flags.DEFINE_enum("scale", "cpu", list(plan.SCALES), "Study scale.")
 _RUNS = flags.DEFINE_list("runs", None,
@@ -107,7 +107,7 @@ def _run_plan(entries, store: RecordStore) -> None:
   for index, entry in enumerate(entries, 1):
     if _REPORT_ONLY.value or (_MAX_RUNS.value and done >= _MAX_RUNS.value):
       break
-    if store.find(entry.key, plan.plan_key(_SCALE.value, bool(entry.retrieval_fraction))):
+    if store.find(entry.key, record_plan_key(entry, _SCALE.value)):
       print(f"[{index}/{len(entries)}] {entry.key}: recorded, skipping", flush=True)
       continue
     print(f"[{index}/{len(entries)}] {entry.key}: training and evaluating", flush=True)

@@ -40,6 +40,10 @@ REPEAT_PERIOD_FRACTION = 4  # repeated period = train_length / 4
 ROTARY_OPTIONS = ("yarn", "rerope", "llama3", "window", "streaming")
 ALIBI_OPTIONS = ("alibi_interpolate", "ntk_alibi", "window", "streaming")
 OTHER_OPTIONS = ("window", "streaming")
+# Inference-time methods that belong to a position method's own recipe, evaluated (next-token plan)
+# before its class's options above: DroPE scales the logits at inference (beta = 1 + c ln s).
+# They join the plan key of that method's records alone, so no other record is redone.
+OWN_OPTIONS = {"drope": ("drope_temperature",)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +120,10 @@ RETRIEVAL_MULTIPLES = (1, 2, 4, 8, 16)
 RETRIEVAL_OPTION_MULTIPLES = (2, 8)
 RETRIEVAL_ROTARY_OPTIONS = ("yarn", "rerope", "window", "streaming")
 RETRIEVAL_OTHER_OPTIONS = ("window", "streaming")
+# Inference-time methods that belong to a position method's own recipe, evaluated (next-token plan)
+# before its class's options above: DroPE scales the logits at inference (beta = 1 + c ln s).
+# They join the plan key of that method's records alone, so no other record is redone.
+OWN_OPTIONS = {"drope": ("drope_temperature",)}
 RETRIEVAL_PROMPTS = {"tiny": 1, "cpu": 2, "medium": 5}  # per task, length and depth (10 depths)
 # The Transformer first: the cpu GAU of the seed's layout did not learn to copy in 1000 steps even
 # with half its windows copies (the field study's copy test), nor retrieve with this recipe (its
@@ -197,17 +205,23 @@ def shard_of(entries: list, shard: str) -> list:
 
 
 def inference_options(position: str) -> tuple[str, ...]:
-  """The inference-time methods evaluated for a run with this position method (besides none)."""
+  """The inference-time methods evaluated for a run with this position method (besides none): its
+  OWN_OPTIONS, then those of its class."""
   method = positions.training_method(position)
   if method.rotary:
-    return ROTARY_OPTIONS
-  if method.bias == "alibi":
-    return ALIBI_OPTIONS
-  return OTHER_OPTIONS
+    common = ROTARY_OPTIONS
+  elif method.bias == "alibi":
+    common = ALIBI_OPTIONS
+  else:
+    common = OTHER_OPTIONS
+  return OWN_OPTIONS.get(position, ()) + common
 
 
-def plan_key(scale: str, retrieval: bool = False) -> str:
-  """Identifies the evaluation plan; a record made under another plan is redone."""
+def plan_key(scale: str, retrieval: bool = False, position: str = "") -> str:
+  """Identifies the evaluation plan of a run with this position method; a record made under
+  another plan is redone."""
+  if not retrieval and position in OWN_OPTIONS:
+    return f"{plan_key(scale)}:{position}={','.join(OWN_OPTIONS[position])}"
   if retrieval:
     steps = SCALES[scale].get("retrieval_train", {}).get("num_train_steps",
                                                          SCALES[scale]["train"]["num_train_steps"])

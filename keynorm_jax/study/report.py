@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-imp
 from keynorm_jax.study import plan, retrieval_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 OPTION_ORDER = ("none", "yarn", "rerope", "llama3", "alibi_interpolate", "ntk_alibi", "window",
-                "streaming")
+                "streaming", "drope_temperature")
 
 
 def _find(record, length, eval_set="non_repeated", method="none"):

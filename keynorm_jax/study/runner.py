@@ -33,6 +33,12 @@ def study_config(entry: plan.StudyRun, scale: str, data_dir: str = ""):
   return run_config.resolve(config)
 
 
+def record_plan_key(entry: plan.StudyRun, scale: str) -> str:
+  """The plan key that `entry`'s record is made and found under (plan.plan_key for its position)."""
+  position = run_config.load_config(entry.config).model.position
+  return plan.plan_key(scale, retrieval=bool(entry.retrieval_fraction), position=position)
+
+
 def retrieval_records(run, scale: str, tokens, progress, stages: Stages) -> list[dict]:
   """The retrieval plan: each task at every RETRIEVAL_MULTIPLES length with "none", and with the
   run's inference-time options at RETRIEVAL_OPTION_MULTIPLES; one stage per length."""
@@ -74,7 +80,7 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
   train_length = config.train_length
   columns = make_columns(["none", *plan.inference_options(config.model.position)])
   progress = lambda what: echo(f"  evaluating {what}")
-  plan_key = plan.plan_key(scale, retrieval=bool(entry.retrieval_fraction))
+  plan_key = record_plan_key(entry, scale)
   made_on = {k: provenance()[k] for k in ("backend", "device", "jax", "matmul_precision")}
   stages = Stages(workdir, {"checkpoint_step": run.step, "plan_key": plan_key,
                             "code_version": code_version(), **made_on}, echo=echo)
