@@ -120,10 +120,6 @@ RETRIEVAL_MULTIPLES = (1, 2, 4, 8, 16)
 RETRIEVAL_OPTION_MULTIPLES = (2, 8)
 RETRIEVAL_ROTARY_OPTIONS = ("yarn", "rerope", "window", "streaming")
 RETRIEVAL_OTHER_OPTIONS = ("window", "streaming")
-# Inference-time methods that belong to a position method's own recipe, evaluated (next-token plan)
-# before its class's options above: DroPE scales the logits at inference (beta = 1 + c ln s).
-# They join the plan key of that method's records alone, so no other record is redone.
-OWN_OPTIONS = {"drope": ("drope_temperature",)}
 RETRIEVAL_PROMPTS = {"tiny": 1, "cpu": 2, "medium": 5}  # per task, length and depth (10 depths)
 # The Transformer first: the cpu GAU of the seed's layout did not learn to copy in 1000 steps even
 # with half its windows copies (the field study's copy test), nor retrieve with this recipe (its
