@@ -18,12 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from keynorm_jax import run_config
 from keynorm_jax.attention import scores
 from keynorm_jax.attention.kernels import reference
-from keynorm_jax.data.eval_sets import eval_windows
-from keynorm_jax.evaluation.evaluate import held_out_tokens
-from keynorm_jax.evaluation.run_loading import load_run
+from results.probing import held_out_windows, reference_run
 
 WINDOW = 4096
 layers = []  # one dict per attention call: the CoPE inputs, then the probabilities
@@ -112,16 +109,12 @@ def layer_summary(layer, train_length):
 
 
 def main(workdir, name, output_dir):
-  run = load_run(workdir)
-  config = run.config
-  with config.unlocked():
-    config.model.kernel = "reference"
+  run, model = reference_run(workdir)
   scores.cope, reference.normalized_with_entropy = capture_cope, capture_probs
-  train_length = config.train_length
-  window = eval_windows(held_out_tokens(config), kind="non_repeated", length=WINDOW, count=4,
-                        train_length=train_length)[:1]
+  train_length = run.config.train_length
+  window = held_out_windows(run.config, WINDOW, count=4)[:1]
   with jax.disable_jit():
-    logits = run_config.build_model(config).apply({"params": run.params}, jnp.asarray(window[:, :-1]))
+    logits = model.apply({"params": run.params}, jnp.asarray(window[:, :-1]))
   hit = np.asarray(logits)[0].argmax(-1) == window[0, 1:]
   result = {"run": name, "step": run.step, "window": WINDOW, "train_length": train_length,
             "accuracy_inside": float(hit[:train_length].mean()),

@@ -21,11 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from keynorm_jax import run_config
 from keynorm_jax.attention.kernels import reference
-from keynorm_jax.data.eval_sets import eval_windows
-from keynorm_jax.evaluation.evaluate import held_out_tokens
-from keynorm_jax.evaluation.run_loading import load_run
+from results.probing import held_out_windows, reference_run
 
 WINDOW, WINDOWS, DROPE_C = 4096, 4, 0.412
 original_normalized = reference.normalized_with_entropy
@@ -78,16 +75,11 @@ def one_pass(model, params, windows, betas, train_length):
 
 
 def main(workdir, name, output_dir):
-  run = load_run(workdir)
-  config = run.config
-  with config.unlocked():
-    config.model.kernel = "reference"
+  run, model = reference_run(workdir)
   reference.normalized_with_entropy = scaled_and_captured
-  train_length = config.train_length
-  windows = eval_windows(held_out_tokens(config), kind="non_repeated", length=WINDOW,
-                         count=WINDOWS, train_length=train_length)
-  model = run_config.build_model(config)
-  beta, depth = 1.0 + DROPE_C * math.log(WINDOW / train_length), config.model.num_layers
+  train_length = run.config.train_length
+  windows = held_out_windows(run.config, WINDOW, WINDOWS)
+  beta, depth = 1.0 + DROPE_C * math.log(WINDOW / train_length), run.config.model.num_layers
   # As trained, beta in every layer (DroPE's rule), then beta in one layer at a time.
   settings = [[1.0] * depth, [beta] * depth] + [
       [beta if i == layer else 1.0 for i in range(depth)] for layer in range(depth)]

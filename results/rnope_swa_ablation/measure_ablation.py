@@ -4,8 +4,8 @@ RNoPE-SWA (keynorm_jax.positions.training_methods) interleaves RoPE sliding-wind
 full-attention NoPE layers. This loads a trained run and evaluates four held-out non-repeated windows
 at 1x and 8x its training length with the reference kernel, first as trained, then with every full
 (window-less) layer's attention cut to the keys less than W tokens back (renormalized over them),
-then with those layers' attention output set to zero (the layer keeps its residual path and, in the
-GAU, its gate). The window layers are left as trained. It patches one library function, so it is a
+then with those layers' attention output set to zero (the layer keeps its residual path, and in the
+Transformer its MLP; the GAU's gate multiplies zero). The window layers are left as trained. It patches one library function, so it is a
 measurement kept with its outputs.
 
   PYTHONPATH=. python results/rnope_swa_ablation/measure_ablation.py RUN_WORKDIR NAME OUTPUT_DIR
@@ -17,12 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from keynorm_jax import run_config
 from keynorm_jax.attention import scores
 from keynorm_jax.attention.kernels import reference
-from keynorm_jax.data.eval_sets import eval_windows
-from keynorm_jax.evaluation.evaluate import held_out_tokens
-from keynorm_jax.evaluation.run_loading import load_run
+from results.probing import held_out_windows, reference_run
 
 WINDOWS, SCALES = 4, (1, 8)
 original_normalized = reference.normalized_with_entropy
@@ -50,18 +47,13 @@ def accuracy(model, params, windows):
 
 
 def main(workdir, name, output_dir):
-  run = load_run(workdir)
-  config = run.config
-  with config.unlocked():
-    config.model.kernel = "reference"
+  run, model = reference_run(workdir)
   reference.normalized_with_entropy = ablated
-  model, train_length = run_config.build_model(config), config.train_length
-  tokens = held_out_tokens(config)
+  train_length = run.config.train_length
   result = {"run": name, "step": run.step, "windows": WINDOWS, "train_length": train_length,
             "accuracy": {}}
   for scale in SCALES:
-    windows = eval_windows(tokens, kind="non_repeated", length=scale * train_length,
-                           count=WINDOWS, train_length=train_length)
+    windows = held_out_windows(run.config, scale * train_length, WINDOWS)
     for cut in (None, train_length // 2, 64, "off"):
       setting["full_layers"] = cut
       label = {None: "as trained", "off": "full layers off"}.get(cut, f"full layers window {cut}")
