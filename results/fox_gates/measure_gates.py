@@ -6,7 +6,8 @@ near 1/2. This loads a trained run, evaluates one held-out 4096-token window (th
 study's non-repeated 8x windows) and records, per layer and head, the distribution of the gates
 f_t over the window's tokens and what they make of a key k tokens back: the factor
 exp(sum of log f) its attention weight is multiplied by, for k = 1, 4, 16, 64 and 512 (its log10,
-mean and median over queries, and the share of queries for which it is above 0.01). It reads the gates with Flax's capture_intermediates, changing nothing in the library.
+mean and median over queries, and the share of queries for which it is above 0.01). It reads the
+gates with Flax's capture_intermediates, changing nothing in the library.
 
   PYTHONPATH=. python results/fox_gates/measure_gates.py RUN_WORKDIR NAME OUTPUT_DIR
 """
@@ -15,6 +16,7 @@ import sys
 
 import jax.numpy as jnp
 import numpy as np
+from flax import traverse_util
 
 from keynorm_jax.models.position_bias import ForgetGate
 from results.probing import held_out_windows, reference_run
@@ -43,38 +45,22 @@ def main(workdir, name, output_dir):
   window = held_out_windows(run.config, WINDOW, count=4)[:1]
   _, state = model.apply({"params": run.params}, jnp.asarray(window[:, :-1]),
                          capture_intermediates=lambda module, _: isinstance(module, ForgetGate))
-  found = []
-  def collect(tree, path):
-    for key, value in tree.items():
-      if key == "__call__":
-        found.append((path, np.asarray(value[0], np.float64)[0]))    # [T, H]
-      elif isinstance(value, dict):
-        collect(value, f"{path}/{key}" if path else key)
-  collect(jax_dict(state["intermediates"]), "")
-  layers = {path: {f"head_{h}": head_summary(log_f[:, h]) for h in range(log_f.shape[1])}
-            for path, log_f in found}
-  params = {path: {"b": np.asarray(node["b"]).tolist(),
-                   "w_norm": np.linalg.norm(np.asarray(node["w"]), axis=0).tolist()}
-            for path, node in forget_gate_params(run.params)}
+  layers = {}
+  for path, outputs in traverse_util.flatten_dict(state["intermediates"], sep="/").items():
+    if not path.endswith("/forget_gate/__call__"):   # the model's own sown diagnostics
+      continue
+    log_f_TxH = np.asarray(outputs[0], np.float64)[0]
+    layers[path.removesuffix("/__call__")] = {f"head_{h}": head_summary(log_f_TxH[:, h])
+                                              for h in range(log_f_TxH.shape[1])}
+  flat = traverse_util.flatten_dict(run.params, sep="/")
+  params = {path.removesuffix("/b"): {"b": np.asarray(b).tolist(),
+                                      "w_norm": np.linalg.norm(flat[path[:-1] + "w"],
+                                                               axis=0).tolist()}
+            for path, b in flat.items() if path.endswith("forget_gate/b")}
   result = {"run": name, "step": run.step, "window": WINDOW, "layers": layers, "params": params}
   with open(f"{output_dir}/{name}.json", "w") as f:
     json.dump(result, f, indent=1)
   print(json.dumps(result, indent=1))
-
-
-def jax_dict(tree):
-  """Plain nested dicts of a Flax collection (FrozenDict or dict)."""
-  return {k: jax_dict(v) if hasattr(v, "items") else v for k, v in tree.items()}
-
-
-def forget_gate_params(params, path=""):
-  """(path, params) of every forget_gate module in the parameter tree."""
-  for key, value in params.items():
-    here = f"{path}/{key}" if path else key
-    if key == "forget_gate":
-      yield here, value
-    elif hasattr(value, "items"):
-      yield from forget_gate_params(value, here)
 
 
 if __name__ == "__main__":
