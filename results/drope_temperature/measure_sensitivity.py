@@ -1,12 +1,13 @@
-"""One-off diagnostic (2026-11-27): how much DroPE's temperature moves each layer's attention output.
+"""One-off diagnostic (2026-11-27): how far DroPE's temperature moves each attention output.
 
 measure_temperature.py found that DroPE's beta (every score times 1 + c ln s, 1.86 at 8x) costs the
 GAU's KNA DroPE run as much inside the training length as beyond, and far more than its Baseline
 twin, although it lowers the attention entropy by about as much in both. This asks how far beta
-moves each layer's attention output (before the GAU's gate and output projection): for each
-layer, with every layer's input as trained (one pass, beta nowhere), it computes from the captured scores and values the attention output o_i = sum_j a_ij v_j
-with the trained weights and with softmax(beta s_ij), and records, per query and then averaged over
-heads and the queries inside and beyond the training length:
+moves each layer's attention output (before the GAU's gate and output projection): for each layer,
+with every layer's input as trained (one pass, beta nowhere), it computes from the captured scores
+and values the attention output o_i = sum_j a_ij v_j with the trained weights and with
+softmax(beta s_ij), and records, per query and then averaged over heads and the queries inside and
+beyond the training length:
   - change: |o'_i - o_i| / |o_i|, how far beta moves the output, relative to its size;
   - agreement: |o_i| / sum_j a_ij |v_j|, 1 where the weighted values point one way, near 0 where
     they cancel (an output that is a small remainder of large values moves more for a given
