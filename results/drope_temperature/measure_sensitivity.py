@@ -11,7 +11,10 @@ beyond the training length:
   - change: |o'_i - o_i| / |o_i|, how far beta moves the output, relative to its size;
   - agreement: |o_i| / sum_j a_ij |v_j|, 1 where the weighted values point one way, near 0 where
     they cancel (an output that is a small remainder of large values moves more for a given
-    reweighting).
+    reweighting);
+  - drift: from a second pass with beta in every layer (DroPE's rule), |o''_i - o_i| / |o_i|, how
+    far each layer's attention output ends up from the trained pass's once the layers before it
+    have moved too (against change, the same layer's move alone: the compounding).
 It patches two library functions for the capture, so it is a measurement kept with its outputs.
 
   PYTHONPATH=. python results/drope_temperature/measure_sensitivity.py RUN_WORKDIR NAME OUTPUT_DIR
@@ -30,18 +33,23 @@ from results.probing import held_out_windows, reference_run
 WINDOW, WINDOWS, DROPE_C = 4096, 4, 0.412
 original_normalized = reference.normalized_with_entropy
 original_times_values = reference.grouped_probs_times_values
-layers = []   # per layer of the current window: scores [H, Q, K], keep [Q, K], values [K, G, E]
+layers = []   # per layer of the current window: scores [H, Q, K], keep [Q, K], values [K, G, E],
+              # the attention output [H, Q, E]
+applied = {"beta": 1.0}   # the factor the pass applies to every kept score
 
 
 def captured_scores(mods, scores_BxHxQxK, keep_Bx1xQxK):
   layers.append({"scores": np.asarray(scores_BxHxQxK[0], np.float64),
                  "keep": np.asarray(keep_Bx1xQxK[0, 0])})
-  return original_normalized(mods, scores_BxHxQxK, keep_Bx1xQxK)
+  scaled = jnp.where(keep_Bx1xQxK, applied["beta"] * scores_BxHxQxK, scores_BxHxQxK)
+  return original_normalized(mods, scaled, keep_Bx1xQxK)
 
 
 def captured_values(probs_BxHxQxK, values_BxKxGxE):
+  out_BxQxHxE = original_times_values(probs_BxHxQxK, values_BxKxGxE)
   layers[-1]["values"] = np.asarray(values_BxKxGxE[0], np.float64)
-  return original_times_values(probs_BxHxQxK, values_BxKxGxE)
+  layers[-1]["out"] = np.moveaxis(np.asarray(out_BxQxHxE[0], np.float64), 0, 1)
+  return out_BxQxHxE
 
 
 def softmax(scores_HxQxK, keep_QxK):
@@ -63,6 +71,21 @@ def layer_measures(layer, beta):
   return change, agreement
 
 
+def attention_outputs(model, params, window, beta):
+  """The captured layers of one pass with every kept score times beta."""
+  layers.clear()
+  applied["beta"] = beta
+  with jax.disable_jit():
+    model.apply({"params": params}, jnp.asarray(window[None, :-1]))
+  return list(layers)
+
+
+def drift(trained, moved):
+  """|o'' - o| / |o| per head and query, [H, Q]."""
+  return (np.linalg.norm(moved["out"] - trained["out"], axis=-1)
+          / np.linalg.norm(trained["out"], axis=-1))
+
+
 def main(workdir, name, output_dir):
   run, model = reference_run(workdir)
   reference.normalized_with_entropy = captured_scores
@@ -71,18 +94,19 @@ def main(workdir, name, output_dir):
   beta = 1.0 + DROPE_C * math.log(WINDOW / train_length)
   per_window = []
   for window in held_out_windows(run.config, WINDOW, WINDOWS):
-    layers.clear()
-    with jax.disable_jit():
-      model.apply({"params": run.params}, jnp.asarray(window[None, :-1]))
-    per_window.append([layer_measures(layer, beta) for layer in layers])
+    trained = attention_outputs(model, run.params, window, 1.0)
+    moved = attention_outputs(model, run.params, window, beta)
+    per_window.append([layer_measures(layer, beta) + (drift(layer, again),)
+                       for layer, again in zip(trained, moved)])
   result = {"run": name, "step": run.step, "window": WINDOW, "windows": WINDOWS,
             "train_length": train_length, "beta": beta, "layers": {}}
   for i in range(len(per_window[0])):
     change = np.stack([w[i][0] for w in per_window])     # [windows, H, Q]
     agreement = np.stack([w[i][1] for w in per_window])
+    moved = np.stack([w[i][2] for w in per_window])
     result["layers"][f"layer_{i}"] = {
         f"{measure}_{part}": float(values[..., span].mean())
-        for measure, values in (("change", change), ("agreement", agreement))
+        for measure, values in (("change", change), ("agreement", agreement), ("drift", moved))
         for part, span in (("inside", slice(0, train_length)),
                            ("beyond", slice(train_length, None)))}
   with open(f"{output_dir}/{name}_sensitivity.json", "w") as f:
