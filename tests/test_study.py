@@ -155,14 +155,18 @@ def test_results_page_counts_the_runs_the_records_hold(part, pattern, mentions):
 
 
 def test_drope_runs_add_its_temperature_under_a_plan_key_of_their_own():
-  # DroPE's next-token runs are evaluated with its logit scale too; no other record's key changes.
+  # DroPE's runs are evaluated with its logit scale too, next-token and retrieval; no other
+  # record's key changes.
   assert plan.inference_options("drope") == ("drope_temperature", "window", "streaming")
-  assert plan.inference_options("nope") == ("window", "streaming")
+  assert plan.retrieval_options("drope") == ("drope_temperature", "window", "streaming")
+  assert plan.inference_options("nope") == plan.retrieval_options("nope") == ("window", "streaming")
   key = lambda config, retrieval=0.0: runner.record_plan_key(
       plan.StudyRun(config, retrieval_fraction=retrieval), "cpu")
   assert key("baseline_rope") == key("transformer_kna_nope") == plan.plan_key("cpu")
   assert key("transformer_kna_drope") == plan.plan_key("cpu") + ":drope=drope_temperature"
-  assert key("transformer_kna_drope", 0.5) == plan.plan_key("cpu", retrieval=True)
+  assert key("transformer_kna_rope", 0.5) == key("kna_nope", 0.5) == plan.plan_key("cpu", True)
+  assert key("transformer_kna_drope", 0.5) == (plan.plan_key("cpu", retrieval=True)
+                                               + ":drope=drope_temperature")
 
 
 def test_shards_split_the_plan_into_disjoint_parts_that_cover_it():

@@ -40,9 +40,10 @@ REPEAT_PERIOD_FRACTION = 4  # repeated period = train_length / 4
 ROTARY_OPTIONS = ("yarn", "rerope", "llama3", "window", "streaming")
 ALIBI_OPTIONS = ("alibi_interpolate", "ntk_alibi", "window", "streaming")
 OTHER_OPTIONS = ("window", "streaming")
-# Inference-time methods that belong to a position method's own recipe, evaluated (next-token plan)
-# before its class's options above: DroPE scales the logits at inference (beta = 1 + c ln s).
-# They join the plan key of that method's records alone, so no other record is redone.
+# Inference-time methods that belong to a position method's own recipe, evaluated (next-token and
+# retrieval plans) before its class's options: DroPE scales the logits at inference (beta = 1 + c ln
+# s), and its paper's claim is retrieval with that scale. They join the plan key of that method's
+# records alone, so no other record is redone.
 OWN_OPTIONS = {"drope": ("drope_temperature",)}
 
 
@@ -163,9 +164,11 @@ def retrieval_runs() -> list[StudyRun]:
 
 
 def retrieval_options(position: str) -> tuple[str, ...]:
-  """The inference-time methods evaluated on retrieval for this position method (besides none)."""
-  return RETRIEVAL_ROTARY_OPTIONS if positions.training_method(position).rotary \
+  """The inference-time methods evaluated on retrieval for this position method (besides none):
+  its OWN_OPTIONS, then those of its class."""
+  common = RETRIEVAL_ROTARY_OPTIONS if positions.training_method(position).rotary \
       else RETRIEVAL_OTHER_OPTIONS
+  return OWN_OPTIONS.get(position, ()) + common
 
 
 def field_runs() -> list[StudyRun]:
@@ -216,8 +219,8 @@ def inference_options(position: str) -> tuple[str, ...]:
 def plan_key(scale: str, retrieval: bool = False, position: str = "") -> str:
   """Identifies the evaluation plan of a run with this position method; a record made under
   another plan is redone."""
-  if not retrieval and position in OWN_OPTIONS:
-    return f"{plan_key(scale)}:{position}={','.join(OWN_OPTIONS[position])}"
+  if position in OWN_OPTIONS:
+    return f"{plan_key(scale, retrieval)}:{position}={','.join(OWN_OPTIONS[position])}"
   if retrieval:
     steps = SCALES[scale].get("retrieval_train", {}).get("num_train_steps",
                                                          SCALES[scale]["train"]["num_train_steps"])
