@@ -94,9 +94,12 @@ GAU_BEST = ("qkln_rope", "kna_xpos", "kna_hwfa")
 # Seeds 1 and 2 of the runs whose differences matter: Baseline, KNA and CosA-log n RoPE, and the
 # best method that normalizes no key (QK-norm does), on both architectures: ALiBi, the Transformer's
 # best at 8x (68.5%), seeded on both; then the GAU's own best of them, Baseline KERPLE (65.8% at
-# seed 0, against ALiBi's 62.2%), added after ALiBi's seeds were in.
+# seed 0, against ALiBi's 62.2%), added after ALiBi's seeds were in; then, to tell a collapse from
+# a seed's accident, KNA scale-invariant p-RoPE (seed 0 fell from 68.14% at 1x to 24.19% at 8x,
+# 35.5%, where its Baseline twin kept 74.7% and the Transformer's KNA twin 97.1%; recorded
+# 2026-11-27).
 SEEDED = ("baseline_rope", "kna_rope", "cosa_logn_rope", "baseline_alibi")
-SEEDED_GAU_ONLY = ("baseline_kerple_log",)
+SEEDED_GAU_ONLY = ("baseline_kerple_log", "kna_scale_invariant")
 COPY_RUNS = ("baseline_rope", "kna_rope", "transformer_baseline_rope", "transformer_kna_rope")
 FIRST = ("transformer_baseline_rope", "transformer_kna_rope", "baseline_rope", "kna_rope",
          "transformer_cosa_logn_rope", "transformer_qknorm_rope", "cosa_logn_rope", "qknorm_rope")
