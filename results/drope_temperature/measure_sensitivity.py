@@ -20,7 +20,6 @@ It patches two library functions for the capture, so it is a measurement kept wi
   PYTHONPATH=. python results/drope_temperature/measure_sensitivity.py RUN_WORKDIR NAME OUTPUT_DIR
 """
 import json
-import math
 import sys
 
 import jax
@@ -28,9 +27,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from keynorm_jax.attention.kernels import reference
+from keynorm_jax.positions.inference.temperature import DropeTemperature
 from results.probing import held_out_windows, reference_run
 
-WINDOW, WINDOWS, DROPE_C = 4096, 4, 0.412
+WINDOW, WINDOWS = 4096, 4
 original_normalized = reference.normalized_with_entropy
 original_times_values = reference.grouped_probs_times_values
 layers = []   # per layer of the current window: scores [H, Q, K], keep [Q, K], values [K, G, E],
@@ -91,7 +91,7 @@ def main(workdir, name, output_dir):
   reference.normalized_with_entropy = captured_scores
   reference.grouped_probs_times_values = captured_values
   train_length = run.config.train_length
-  beta = 1.0 + DROPE_C * math.log(WINDOW / train_length)
+  beta = DropeTemperature().scale(WINDOW / train_length)   # the library's rule and its default c
   per_window = []
   for window in held_out_windows(run.config, WINDOW, WINDOWS):
     trained = attention_outputs(model, run.params, window, 1.0)

@@ -14,7 +14,6 @@ outputs.
   PYTHONPATH=. python results/drope_temperature/measure_temperature.py RUN_WORKDIR NAME OUTPUT_DIR
 """
 import json
-import math
 import sys
 
 import jax
@@ -22,9 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from keynorm_jax.attention.kernels import reference
+from keynorm_jax.positions.inference.temperature import DropeTemperature
 from results.probing import held_out_windows, reference_run
 
-WINDOW, WINDOWS, DROPE_C = 4096, 4, 0.412
+WINDOW, WINDOWS = 4096, 4
 original_normalized = reference.normalized_with_entropy
 state = {"betas": None, "layers": []}   # betas: one factor per layer
 
@@ -79,7 +79,8 @@ def main(workdir, name, output_dir):
   reference.normalized_with_entropy = scaled_and_captured
   train_length = run.config.train_length
   windows = held_out_windows(run.config, WINDOW, WINDOWS)
-  beta, depth = 1.0 + DROPE_C * math.log(WINDOW / train_length), run.config.model.num_layers
+  beta = DropeTemperature().scale(WINDOW / train_length)   # the library's rule and its default c
+  depth = run.config.model.num_layers
   # As trained, beta in every layer (DroPE's rule), then beta in one layer at a time.
   settings = [[1.0] * depth, [beta] * depth] + [
       [beta if i == layer else 1.0 for i in range(depth)] for layer in range(depth)]
