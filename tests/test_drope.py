@@ -2,12 +2,13 @@
 from the same parameters and optimizer state; the switch follows the step number, so a run stopped
 after it resumes exactly."""
 
+import numpy as np
 import pytest
 
 from keynorm_jax import run_config
 from keynorm_jax.evaluation.run_loading import load_run
 from keynorm_jax.training import loop as training
-from train_helpers import losses, tiny_config
+from train_helpers import copy_run, losses, tiny_config
 
 
 def _config(name, data_dir):
@@ -28,6 +29,20 @@ def test_rope_then_nope_and_an_exact_resume(tmp_path, data_dir):
   run = load_run(tmp_path / "drope")
   model = run_config.model_config(run.config)
   assert not model.position_method.rotary
+  # Its checkpoint from before the drop (step 2) is the RoPE run's checkpoint 2, and evaluated as
+  # that model: the same logits as the RoPE run's, not those of the same weights without positions.
+  told = []
+  early = load_run(copy_run(tmp_path / "drope", tmp_path, drop_steps=(4, 6)), warn=told.append)
+  rope_early = load_run(copy_run(tmp_path / "rope", tmp_path / "r", drop_steps=(4, 6)))
+  assert (early.step, early.config.model.position) == (2, "rope")
+  assert told and "evaluated as rope" in told[0]
+  tokens = np.arange(1, 17, dtype=np.int32)[None] % 50
+  logits = lambda config, params: np.asarray(run_config.build_model(config).apply(
+      {"params": params}, tokens, deterministic=True))
+  np.testing.assert_allclose(logits(early.config, early.params),
+                             logits(rope_early.config, rope_early.params), rtol=1e-6, atol=1e-6)
+  assert not np.allclose(logits(run.config, early.params), logits(early.config, early.params),
+                         atol=1e-3)
   # Stopped after step 5 (checkpoint 4, in the NoPE phase) and resumed: the same run.
   training.train_and_evaluate(_config("transformer_baseline_drope", data_dir), tmp_path / "again",
                               stop_after_steps=5)

@@ -3,7 +3,8 @@
 The newest checkpoint that passes its checksum check and restores is used: a corrupt one, or one
 deleted by a training run still writing the workdir, is skipped (with a warning) and nothing on
 disk is moved or written. Only the parameters are read, so a run evaluates whatever optimizer it
-was trained with.
+was trained with. A run whose position method changes during training (DroPE) is evaluated as the
+model that trained its checkpoint's last step (training/phases.py).
 """
 
 import dataclasses
@@ -15,6 +16,7 @@ from keynorm_jax import run_config
 from keynorm_jax.models import init_params
 from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
                                        params_restore_args)
+from keynorm_jax.training.phases import config_at_step
 
 
 @dataclasses.dataclass
@@ -80,5 +82,11 @@ def load_run(workdir, *, warn=None, trust_unverified=False) -> TrainedRun:
   if restored is None:
     raise CheckpointError(f"{workdir / 'checkpoints'} holds no finished checkpoint; train "
                           f"(or resume) the run first.")
-  return TrainedRun(name=workdir.name, workdir=workdir, config=configs[str(restored.step)],
-                    step=restored.step, params=restored.state["params"])
+  config = configs[str(restored.step)]
+  trained_as = config_at_step(config, restored.step)
+  if trained_as is not config and warn:
+    warn(f"{workdir.name}: checkpoint {restored.step} is from before {config.model.position} "
+         f"switched from {trained_as.model.position}; evaluated as {trained_as.model.position}, "
+         f"the model that trained it.")
+  return TrainedRun(name=workdir.name, workdir=workdir, config=trained_as, step=restored.step,
+                    params=restored.state["params"])

@@ -290,7 +290,8 @@ class ScaleInvariant(PRope):
 class DroPE(TrainingMethod):
   """DroPE: RoPE for the first steps, then the positions dropped (NoPE) for the last `drop_share`
   of the steps, from the same parameters and optimizer state (training/phases.py); the model as
-  trained, evaluated, is NoPE. The paper's from-scratch recipe dropped RoPE for the last 2K of 16K
+  trained, evaluated, is NoPE (a checkpoint from before the drop is evaluated as the RoPE model
+  that trained it). The paper's from-scratch recipe dropped RoPE for the last 2K of 16K
   steps (1/8); its logit scale at inference is the `drope_temperature` method."""
   name = "drope"
   summary = "RoPE, then positions dropped (NoPE) for the last share of the training steps"

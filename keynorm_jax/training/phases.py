@@ -24,14 +24,14 @@ class Phase:
   position: str    # its position method
 
 
-def training_phases(config: ml_collections.ConfigDict) -> list[Phase]:
-  """The phases of a resolved config, in order; one for most methods. ConfigError where the last
-  phase would get no step."""
-  final = Phase(config.num_train_steps, run_config.build_model(config), config.model.position)
+def phase_configs(
+    config: ml_collections.ConfigDict) -> list[tuple[int, ml_collections.ConfigDict]]:
+  """(last step, config) of each phase of a resolved config, in order; one for most methods.
+  ConfigError where the last phase would get no step."""
   method = positions.training_method(config.model.position, config.model.position_options)
   earlier = method.earlier_phase(config.num_train_steps)
   if earlier is None or earlier[0] < 1:
-    return [final]
+    return [(config.num_train_steps, config)]
   steps, position = earlier
   if steps >= config.num_train_steps:
     raise ConfigError(f"{config.model.position} trains {position} until step {steps} of "
@@ -40,7 +40,20 @@ def training_phases(config: ml_collections.ConfigDict) -> list[Phase]:
   early = config.copy_and_resolve_references()
   early.model.position = position
   early.model.position_options = ml_collections.ConfigDict(positions.knob_defaults(position))
-  return [Phase(steps, run_config.build_model(early), position), final]
+  return [(steps, early), (config.num_train_steps, config)]
+
+
+def training_phases(config: ml_collections.ConfigDict) -> list[Phase]:
+  """The phases of a resolved config, in order, each with its model; see phase_configs."""
+  return [Phase(last, run_config.build_model(c), c.model.position)
+          for last, c in phase_configs(config)]
+
+
+def config_at_step(config: ml_collections.ConfigDict, step: int) -> ml_collections.ConfigDict:
+  """The config of the model that trained a checkpoint saved after `step` steps: a DroPE run's
+  checkpoint from before the drop is a RoPE model, and evaluated as one."""
+  phases = phase_configs(config)
+  return next((c for last, c in phases if step <= last), phases[-1][1])
 
 
 def phase_of(phases: list[Phase], step: int) -> int:
