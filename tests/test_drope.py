@@ -8,6 +8,7 @@ import pytest
 from keynorm_jax import run_config
 from keynorm_jax.evaluation.run_loading import load_run
 from keynorm_jax.training import loop as training
+from keynorm_jax.training.phases import config_at_step
 from train_helpers import copy_run, losses, tiny_config
 
 
@@ -54,6 +55,13 @@ def test_rope_then_nope_and_an_exact_resume(tmp_path, data_dir):
   with pytest.raises(run_config.ConfigError, match="would move the switch"):
     training.train_and_evaluate(longer, tmp_path / "drope", allow_config_change=("num_train_steps",))
   assert losses(tmp_path / "drope") == drope
+
+
+def test_the_phase_of_a_checkpoint_follows_the_training_steps():
+  config = run_config.resolve(_config("transformer_baseline_drope", ""))   # RoPE for steps 1-3
+  assert [config_at_step(config, step).model.position for step in range(7)] == \
+      ["rope"] * 4 + ["drope"] * 3
+  assert all(config_at_step(config, step) is config for step in (4, 5, 6))
 
 
 @pytest.mark.parametrize("share, message", [

@@ -106,6 +106,7 @@ def _record(run, length, eval_set, column, period, **fields):
   config = run.config
   run_period = (period or config.train_length) if eval_set == "repeated" else None
   return {"run": run.name, "config": config.name, "step": run.step,
+          "position": config.model.position,   # as evaluated (run_loading: DroPE before its drop)
           "train_length": config.train_length, "length": length, "set": eval_set,
           "rope_scaling": column.label, "method": column.record(),
           "repeat_period": run_period, **fields}

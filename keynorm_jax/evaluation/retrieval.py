@@ -50,6 +50,7 @@ def check_depths(depths) -> tuple[float, ...]:
 
 def _record(run, task_name, length, column, depths, **fields):
   return {"run": run.name, "config": run.config.name, "step": run.step,
+          "position": run.config.model.position,
           "train_length": run.config.train_length, "task": task_name, "length": length,
           "rope_scaling": column.label, "method": column.record(), "depths": list(depths),
           "chance": task(task_name).chance, **fields}

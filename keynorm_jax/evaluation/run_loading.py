@@ -57,7 +57,9 @@ def abstract_params(config, sharding=None):
 def load_run(workdir, *, warn=None, trust_unverified=False) -> TrainedRun:
   """Restores the parameters of the newest usable checkpoint of the run in `workdir`.
 
-  Nothing is moved or written. warn: callable(str) told about each checkpoint skipped.
+  Nothing is moved or written. warn: callable(str) told about each checkpoint skipped, and when
+  the checkpoint is from an earlier training phase (DroPE before its drop): the returned config is
+  then that phase's, the model that trained it, not the run's stored one.
   trust_unverified: also restore a checkpoint whose checksum manifest is missing, empty or
   unreadable (skipped otherwise).
   """

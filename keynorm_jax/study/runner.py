@@ -75,10 +75,11 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
   started = time.time()
   train_and_evaluate(config, workdir)
   train_seconds = round(time.time() - started, 1)
-  run = load_run(workdir)
+  run = load_run(workdir, warn=echo)
   tokens = held_out_tokens(run.config)
   train_length = config.train_length
-  columns = make_columns(["none", *plan.inference_options(config.model.position)])
+  # From the model as evaluated (run.config), as the retrieval columns are.
+  columns = make_columns(["none", *plan.inference_options(run.config.model.position)])
   progress = lambda what: echo(f"  evaluating {what}")
   plan_key = record_plan_key(entry, scale)
   made_on = {k: provenance()[k] for k in ("backend", "device", "jax", "matmul_precision")}
