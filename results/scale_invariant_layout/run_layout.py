@@ -7,11 +7,12 @@ to 23.79 +- 0.37% at 8x over three seeds; trained with the retrieval recipe on s
 the text-only recipe (the study's `cpu` scale, 1000 steps) on the retrieval rows' layout, so the
 layout is the only change from the collapsed runs, and evaluates it as the study evaluates every
 run (next-token at 1x, 8x and 16x, the inference-time options at 8x, where attention goes).
+`--heads=1` keeps q and k separate but in one head, to tell the two parts of the layout apart.
 
-  PYTHONPATH=. python results/scale_invariant_layout/run_layout.py RUNS_DIR [CONFIG ...]
+  PYTHONPATH=. python results/scale_invariant_layout/run_layout.py RUNS_DIR [CONFIG ...] [--heads=N]
 
 Writes `<run key>.json` (the study's record format) beside this file; CONFIG defaults to
-kna_scale_invariant.
+kna_scale_invariant, N to the retrieval rows' 4.
 """
 import pathlib
 import sys
@@ -23,6 +24,9 @@ from keynorm_jax.study.runner import run_one
 if __name__ == "__main__":
   here = pathlib.Path(__file__).resolve().parent
   store = RecordStore(here.name, root=here.parent)
-  for name in sys.argv[2:] or ["kna_scale_invariant"]:
-    entry = plan.StudyRun(name, model=plan.RETRIEVAL_GAU_MODEL)
+  heads = [int(a.split("=", 1)[1]) for a in sys.argv[2:] if a.startswith("--heads=")]
+  model = plan.RETRIEVAL_GAU_MODEL if not heads else tuple(
+      (name, heads[0] if name == "gau_heads" else value) for name, value in plan.RETRIEVAL_GAU_MODEL)
+  for name in [a for a in sys.argv[2:] if not a.startswith("--")] or ["kna_scale_invariant"]:
+    entry = plan.StudyRun(name, model=model)
     print(run_one(entry, scale="cpu", store=store, runs_dir=sys.argv[1], keep_run=True), flush=True)
