@@ -25,8 +25,8 @@ if __name__ == "__main__":
   here = pathlib.Path(__file__).resolve().parent
   store = RecordStore(here.name, root=here.parent)
   heads = [int(a.split("=", 1)[1]) for a in sys.argv[2:] if a.startswith("--heads=")]
-  model = plan.RETRIEVAL_GAU_MODEL if not heads else tuple(
-      (name, heads[0] if name == "gau_heads" else value) for name, value in plan.RETRIEVAL_GAU_MODEL)
+  model = tuple((name, heads[0] if heads and name == "gau_heads" else value)
+                for name, value in plan.RETRIEVAL_GAU_MODEL)
   for name in [a for a in sys.argv[2:] if not a.startswith("--")] or ["kna_scale_invariant"]:
     entry = plan.StudyRun(name, model=model)
     print(run_one(entry, scale="cpu", store=store, runs_dir=sys.argv[1], keep_run=True), flush=True)
