@@ -24,9 +24,12 @@ from keynorm_jax.study.runner import run_one
 if __name__ == "__main__":
   here = pathlib.Path(__file__).resolve().parent
   store = RecordStore(here.name, root=here.parent)
-  heads = [int(a.split("=", 1)[1]) for a in sys.argv[2:] if a.startswith("--heads=")]
+  options = [a for a in sys.argv[2:] if a.startswith("-")]
+  if any(not a.startswith("--heads=") for a in options):
+    sys.exit(f"run_layout.py takes only --heads=N (with '='); got {' '.join(options)}.")
+  heads = [int(a.split("=", 1)[1]) for a in options]
   model = tuple((name, heads[0] if heads and name == "gau_heads" else value)
                 for name, value in plan.RETRIEVAL_GAU_MODEL)
-  for name in [a for a in sys.argv[2:] if not a.startswith("--")] or ["kna_scale_invariant"]:
+  for name in [a for a in sys.argv[2:] if not a.startswith("-")] or ["kna_scale_invariant"]:
     entry = plan.StudyRun(name, model=model)
     print(run_one(entry, scale="cpu", store=store, runs_dir=sys.argv[1], keep_run=True), flush=True)
