@@ -40,9 +40,9 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.expansion = 0                 # GAU: e
   m.qk_size = 0                   # GAU: s
   m.gau_qk = "shared"             # GAU: q, k scale-offsets of one z (the seed's) / separate: each
-                                  # of its own z = swish(x W), a diagnostic (RESULTS.md, retrieval)
+                                  # of its own z = swish(x W), a diagnostic (results/retrieval_recipe/)
   m.gau_heads = 1                 # GAU: z and v split into this many attention heads (the seed's
-                                  # 1), a diagnostic (RESULTS.md, retrieval)
+                                  # 1), a diagnostic (results/retrieval_recipe/)
   m.gau_mlp = False               # GAU: a feed-forward block (model.mlp, mlp_size) after each GAU
                                   # layer, its own residual and norm (the seed's: none), a diagnostic
   m.norm_position = "post" if architecture == "gau" else "pre"  # GAU: post (the seed's) / pre;

@@ -23,7 +23,7 @@ SCALES = {
                            checkpoint_every_steps=250),
                 windows={1: 16, 8: 16, 16: 8},
                 # 3000 steps: the recipe's 2000 left the RoPE models at 0% on the digit passkey,
-                # 3000 took both to 100% at 1x (RESULTS.md, "Retrieval beyond the training length").
+                # 3000 took both to 100% at 1x (results/retrieval_recipe/README.md).
                 retrieval_train=dict(num_train_steps=3000)),
     # The model_size=medium models (~25 M parameters, 16 x 512 a step) for one accelerator (issue:
     # retrieval, "a larger size"). Its steps are not measured yet: the cpu recipe's 3000 steps of
@@ -108,7 +108,7 @@ FIRST = ("transformer_baseline_rope", "transformer_kna_rope", "baseline_rope", "
 # The retrieval study (issue: retrieval beyond the training length): runs trained with retrieval
 # episodes, evaluated on the tasks at RETRIEVAL_MULTIPLES of the training length ("none" at each;
 # the inference-time options at RETRIEVAL_OPTION_MULTIPLES), beside the next-token plan.
-# The recipe, measured on the cpu Transformer KNA RoPE (RESULTS.md, "Retrieval"): with retrieval
+# The recipe, measured on the cpu Transformer KNA RoPE (results/retrieval_recipe/): with retrieval
 # episodes alone (50% of the windows, digit keys) nothing was retrieved after 700 steps, nor with
 # half the windows synthetic copies besides after 2500: the model learned to copy text (between
 # steps 400 and 700) but never copied digits, which the text never shows it. Keys of letters, the
@@ -138,8 +138,8 @@ RETRIEVAL_FIRST = ("transformer_kna_rope", "transformer_baseline_scale_invariant
 # each, 0% on both keys); with separate q and k in 4 heads (model.gau_qk, model.gau_heads) it
 # learned the letter key (65% at 1x at step 2500; seed 0, recorded 2026-11-26), not the digits,
 # nor in 5000 steps; KNA RoPE's seed 2 learned the digits in 3000 (100% at 1x, recorded
-# 2026-11-27), so its runs keep the 3000 (RESULTS.md, "Retrieval beyond the training length", the
-# GAU's rows of "What it took").
+# 2026-11-27), so its runs keep the 3000 (results/retrieval_recipe/README.md, the
+# GAU's probes).
 RETRIEVAL_GAU_MODEL = (("gau_qk", "separate"), ("gau_heads", 4))
 RETRIEVAL_SEEDED = ("baseline_rope", "kna_rope", "cosa_logn_rope", "baseline_alibi")
 # The best retriever that normalizes no key, measured (seed 0, recorded 2026-11-26): Transformer
