@@ -102,14 +102,19 @@ def evaluation_plan(run, lengths, columns, include_train_length, progress):
   return model_cfg, columns, lengths, model_cfg.position_method.max_length(train_length)
 
 
-def _record(run, length, eval_set, column, period, **fields):
+def record_fields(run, length, column) -> dict:
+  """What every evaluation record (next-token or retrieval) says of the model and the column."""
   config = run.config
-  run_period = (period or config.train_length) if eval_set == "repeated" else None
   return {"run": run.name, "config": config.name, "step": run.step,
           "position": config.model.position,   # as evaluated (run_loading: DroPE before its drop)
-          "train_length": config.train_length, "length": length, "set": eval_set,
-          "rope_scaling": column.label, "method": column.record(),
-          "repeat_period": run_period, **fields}
+          "train_length": config.train_length, "length": length,
+          "rope_scaling": column.label, "method": column.record()}
+
+
+def _record(run, length, eval_set, column, period, **fields):
+  run_period = (period or run.config.train_length) if eval_set == "repeated" else None
+  return {**record_fields(run, length, column), "set": eval_set, "repeat_period": run_period,
+          **fields}
 
 
 def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, batch_size: int = 0,

@@ -15,7 +15,8 @@ from keynorm_jax import run_config
 from keynorm_jax.data.retrieval import (DEFAULT_DEPTHS, RetrievalError, check_prompt_lengths,
                                         retrieval_prompts, task)
 from keynorm_jax.data.tokenizer import offsets_encoder
-from keynorm_jax.evaluation.evaluate import auto_batch_size, evaluation_plan, held_out_tokens
+from keynorm_jax.evaluation.evaluate import (auto_batch_size, evaluation_plan, held_out_tokens,
+                                             record_fields)
 from keynorm_jax.evaluation.scoring import make_scorer, score_windows
 
 NEXT_TOKEN = "next_token"  # the --tasks name of the next-token evaluation (evaluate.py)
@@ -49,10 +50,7 @@ def check_depths(depths) -> tuple[float, ...]:
 
 
 def _record(run, task_name, length, column, depths, **fields):
-  return {"run": run.name, "config": run.config.name, "step": run.step,
-          "position": run.config.model.position,
-          "train_length": run.config.train_length, "task": task_name, "length": length,
-          "rope_scaling": column.label, "method": column.record(), "depths": list(depths),
+  return {**record_fields(run, length, column), "task": task_name, "depths": list(depths),
           "chance": task(task_name).chance, **fields}
 
 
