@@ -3,13 +3,22 @@
 The results are spread over pages that link to each other (RESULTS.md, results/field/NOTES.md, each
 results folder's README); a page moved or renamed must not leave a link behind it dangling.
 """
+import os
 import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCED = re.compile(r"```.*?```", re.S)
-SKIPPED = {".git", "runs", ".pytest_cache"}
+
+
+def project_pages(root: pathlib.Path):
+  """The Markdown pages under root, not descending into hidden folders, run folders or a virtual
+  environment (whose installed packages bring pages of their own)."""
+  for folder, subfolders, files in os.walk(root):
+    subfolders[:] = [d for d in subfolders if not d.startswith(".") and d != "runs"
+                     and not (pathlib.Path(folder, d) / "pyvenv.cfg").exists()]
+    yield from (pathlib.Path(folder, f) for f in files if f.endswith(".md"))
 
 
 def relative_links(page: pathlib.Path):
@@ -21,7 +30,7 @@ def relative_links(page: pathlib.Path):
 
 
 def test_relative_links_in_markdown_pages_resolve():
-  pages = [p for p in ROOT.rglob("*.md") if not SKIPPED & set(p.relative_to(ROOT).parts)]
+  pages = list(project_pages(ROOT))
   assert len(pages) > 10  # the walk found the project's pages
   dangling = [f"{page.relative_to(ROOT)}: ({target})" for page in pages
               for target, path in relative_links(page) if not path.exists()]
@@ -35,3 +44,7 @@ def test_a_dangling_link_is_found(tmp_path):
   (tmp_path / "here.md").write_text("")
   missing = [t for t, path in relative_links(page) if not path.exists()]
   assert missing == ["gone/README.md#part"]
+  (tmp_path / "venv").mkdir()
+  (tmp_path / "venv" / "pyvenv.cfg").write_text("")
+  (tmp_path / "venv" / "package.md").write_text("[x](missing.md)")
+  assert sorted(p.name for p in project_pages(tmp_path)) == ["here.md", "page.md"]
