@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from keynorm_jax.study import plan, retrieval_report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from keynorm_jax.study import plan, plot_style, retrieval_report  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 OPTION_ORDER = ("none", "yarn", "rerope", "llama3", "alibi_interpolate", "ntk_alibi", "window",
                 "streaming", "drope_temperature")
@@ -215,31 +215,23 @@ def seed_table(records):
   return _table(["config", "seeds", "1x", "8x", "8x / 1x"], rows)
 
 
-def _legend(ax) -> None:
-  """The runs' legend; none on a plot without runs (no run has the plotted length)."""
-  if ax.get_legend_handles_labels()[0]:
-    ax.legend(fontsize=6, ncol=2)
-
-
 def plot_by_position(records, architecture, path):
-  recs = sorted(_seed0(records, architecture), key=_name)
-  fig, ax = plt.subplots(figsize=(11, 5))
-  ax.set_prop_cycle(color=plt.cm.tab20.colors + plt.cm.tab20b.colors)
+  """Accuracy by position at 8x, seed 0: a panel per position method (plot_style.method_grid)."""
+  recs = [r for r in sorted(_seed0(records, architecture), key=_name)
+          if (_find(r, 8 * _train_length(r)) or {}).get("accuracy") is not None]
+  if not recs:
+    return
+  fig, panels, styles = plot_style.method_grid(recs, sharex=True, sharey=True)
   for rec in recs:
     r = _find(rec, 8 * _train_length(rec))
-    if r is None or r.get("accuracy") is None:
-      continue
     xs = [r["position_bucket"] * (i + 0.5) for i in range(len(r["accuracy_by_position"]))]
-    style = "-" if "kna" in rec["config_name"] else "--"
-    ax.plot(xs, r["accuracy_by_position"], style, lw=1.1, label=_name(rec))
-  if recs:
-    ax.axvline(_train_length(recs[0]), color="grey", lw=0.8, ls=":")
-  ax.set_xlabel("position")
-  ax.set_ylabel("next-token accuracy (non-repeated)")
-  ax.set_title(f"{architecture}: accuracy by position at 8x the training length (solid: KNA)")
-  ax.grid(alpha=0.3)
-  _legend(ax)
-  fig.tight_layout()
+    ax = panels[plot_style.split_run(rec)[1]]
+    ax.plot(xs, r["accuracy_by_position"], lw=1.0, **styles.of(rec))
+    ax.axvline(_train_length(rec), color="grey", lw=0.8, ls=":")
+  fig.supylabel("next-token accuracy (non-repeated)", fontsize=9)
+  fig.suptitle(f"{architecture}: accuracy by position at 8x the training length, seed 0 "
+               "(dotted: the training length)", fontsize=10)
+  plot_style.legend_below(fig, styles.legend_handles(), xlabel="position")
   fig.savefig(path, dpi=110)
   plt.close(fig)
 
@@ -303,27 +295,25 @@ def _reach_layers(rec):
 
 def plot_reach(records, architecture, path) -> bool:
   """Attention mass by distance for queries beyond the training length at 8x (mean over layers),
-  one line per run; False (nothing drawn) when no record has the measurement."""
+  seed 0, a panel per position method; False (nothing drawn) when no record has the measurement."""
   recs = [r for r in sorted(_seed0(records, architecture), key=_name) if _reach_layers(r)]
   if not recs:
     return False
-  fig, ax = plt.subplots(figsize=(9, 4.5))
-  ax.set_prop_cycle(color=plt.cm.tab20.colors + plt.cm.tab20b.colors)
+  fig, panels, styles = plot_style.method_grid(recs, sharex=True, sharey=True)
   for rec in recs:
     layers = list(_reach_layers(rec).values())
     profiles = [l["reach"]["mass_by_block_distance_beyond_train"] for l in layers]
     mass = [sum(p[i] for p in profiles) / len(profiles) for i in range(len(profiles[0]))]
     bucket = rec["diagnostics"][str(8 * _train_length(rec))]["position_bucket"]
-    style = "-" if "kna" in rec["config_name"] else "--"
-    ax.semilogy([bucket * i for i in range(len(mass))], [max(m, 1e-6) for m in mass], style,
-                lw=1.1, label=_name(rec))
-  ax.axvline(_train_length(recs[0]), color="grey", lw=0.8, ls=":")
-  ax.set_xlabel("distance from query to key (tokens, blocks of train_length / 8)")
-  ax.set_ylabel("attention mass (queries beyond train_length)")
-  ax.set_title(f"{architecture}: where attention goes at 8x, mean over layers (dotted: train_length)")
-  ax.grid(alpha=0.3)
-  _legend(ax)
-  fig.tight_layout()
+    ax = panels[plot_style.split_run(rec)[1]]
+    ax.semilogy([bucket * i for i in range(len(mass))], [max(m, 1e-6) for m in mass], lw=1.0,
+                **styles.of(rec))
+    ax.axvline(_train_length(rec), color="grey", lw=0.8, ls=":")
+  fig.supylabel("attention mass (queries beyond train_length)", fontsize=9)
+  fig.suptitle(f"{architecture}: where attention goes at 8x, mean over layers, seed 0 (dotted: "
+               "the training length; floor 1e-6)", fontsize=10)
+  plot_style.legend_below(fig, styles.legend_handles(),
+                          xlabel="distance from query to key (tokens, blocks of train_length / 8)")
   fig.savefig(path, dpi=110)
   plt.close(fig)
   return True

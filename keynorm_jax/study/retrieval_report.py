@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from keynorm_jax.evaluation.retrieval_report import plot_heat_map  # pylint: disable=wrong-import-position
-from keynorm_jax.study import plan  # pylint: disable=g-import-not-at-top,wrong-import-position
+from keynorm_jax.study import plan, plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 def with_retrieval(records, architecture=None, seed=None):
   return [r for r in records if r.get("retrieval")
@@ -101,27 +101,33 @@ def seed_table(records):
 
 
 def plot_by_length(records, architecture, path) -> bool:
-  """Exact match against length multiple, one panel per task, a line per seed-0 run."""
-  recs = with_retrieval(records, architecture, seed=0)
+  """Exact match against length multiple, one panel per task, a line per seed-0 run: its colour the
+  position method, its style the attention variant, its marker the label's settings (plot_style),
+  named in the legend below."""
+  recs = sorted(with_retrieval(records, architecture, seed=0), key=lambda r: r["label"])
   if not recs:
     return False
-  fig, axes = plt.subplots(1, len(plan.RETRIEVAL_TASKS), figsize=(13, 4.5), sharey=True)
+  styles = plot_style.RunStyles(recs, colour_by="position", style_by="attention",
+                                marker_by="suffix")
+  labels, shared = plot_style.short_labels(recs)
+  fig, axes = plt.subplots(1, len(plan.RETRIEVAL_TASKS), figsize=(13, 4), sharey=True)
   for ax, task in zip(axes, plan.RETRIEVAL_TASKS):
-    ax.set_prop_cycle(color=plt.cm.tab20.colors)
-    for rec in recs:
+    for rec, label in zip(recs, labels):
       points = [(m, find(rec, task, m)) for m in plan.RETRIEVAL_MULTIPLES]
       points = [(m, r["accuracy"]) for m, r in points if r and r.get("accuracy") is not None]
       if points:
-        ax.plot(*zip(*points), "o-", lw=1.2, ms=3, label=rec["label"])
+        ax.plot(*zip(*points), lw=1.2, ms=3.5, label=label, **styles.of(rec))
     ax.set_xscale("log", base=2)
     ax.set_xticks(plan.RETRIEVAL_MULTIPLES, [f"{m}x" for m in plan.RETRIEVAL_MULTIPLES])
     ax.set_title(f"{task}: exact match over all depths", fontsize=10)
     ax.set_xlabel("length / training length")
     ax.grid(alpha=0.3)
   axes[0].set_ylabel("exact match")
-  axes[-1].legend(fontsize=7, loc="best")
-  fig.suptitle(f"{architecture}: retrieval by length, no inference-time method", fontsize=10)
-  fig.tight_layout()
+  fig.suptitle(f"{architecture}: retrieval by length, no inference-time method, seed 0"
+               + (f" ({shared})" if shared else ""), fontsize=10)
+  handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
+  longest = max(len(label) for label in labels)
+  plot_style.legend_below(fig, list(handles.values()), columns=4 if longest <= 30 else 2)
   fig.savefig(path, dpi=110)
   plt.close(fig)
   return True
