@@ -45,7 +45,7 @@ def test_short_labels_drop_only_what_every_run_shares():
   # "+copy10" and "+copy50" end alike in characters but are different settings: only the whole
   # "+retrieval50" is shared
   assert plot_style.short_labels(recs) == (["kna_rope+copy10", "baseline_alibi+copy50"],
-                                           "transformer retrieval50")
+                                           "retrieval50")
   mixed = [record("kna_rope", "rope"), record("transformer_kna_rope", "rope")]
   assert plot_style.short_labels(mixed) == (["kna_rope", "transformer_kna_rope"], "")
 
@@ -64,6 +64,18 @@ def test_every_run_of_a_plot_looks_different_and_the_pair_comes_first():
   assert by_position.of(recs[1])["color"] != by_position.of(recs[4])["color"]
   names = [h.get_label() for h in styles.legend_handles()]
   assert names == ["baseline", "kna", "qkln", "text only", "copy50"]
+
+
+def test_looks_do_not_run_out():
+  attentions = ["baseline", "kna", "qna", "cosa", "qkln", "qknorm", "ssmax", "stickbreaking",
+                "baseline_logn", "kna_logn", "qna_logn", "cosa_logn"]  # more than the line styles
+  positions = [f"position{i}" for i in range(23)]                       # more than the colours
+  recs = [record(f"{a}_{p}", p, f"{a}_{p}+setting{i % 12}")
+          for i, (a, p) in enumerate(zip(attentions * 2, positions))]
+  for parts in [("attention", "suffix", None), ("position", "attention", "suffix")]:
+    styles = plot_style.RunStyles(recs, *parts)
+    for look in (styles.colour, styles.line_style, styles.marker):
+      assert len(set(map(str, look.values()))) == len(look)
 
 
 def test_the_legend_sits_below_every_panel():

@@ -12,8 +12,9 @@ import math
 import matplotlib.lines as mlines
 import matplotlib.pyplot as plt
 
-MARKERS = ("o", "s", "^", "v", "D", "x")
-LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
+MARKERS = ("o", "s", "^", "v", "D", "x", "P", "*", "<", ">")
+LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)),
+               (0, (3, 1, 1, 1)), (0, (5, 1, 1, 1, 1, 1, 1, 1)), (0, (2, 2)))
 # Listed first, so that they take the first colours and styles in every plot: the study's pair,
 # RoPE, and runs trained on text alone.
 FIRST = {"attention": ("baseline", "kna"), "position": ("rope",), "suffix": ("",)}
@@ -28,7 +29,7 @@ def split_run(record) -> tuple[str, str, str]:
   body = name.removeprefix("transformer_")
   if not body.endswith(f"_{position}"):
     raise ValueError(f"config name {name!r} does not end in its position method {position!r}: "
-                     "name configs [transformer_]<attention>[_logn]_<position> (configs/README)")
+                     "name configs [transformer_]<attention>[_logn]_<position> (configs/named.py)")
   label = record.get("label", name)
   return body[:-len(position) - 1], position, label[len(name):]
 
@@ -37,7 +38,7 @@ def _ordered(values, first=()):
   return [v for v in first if v in values] + sorted(set(values) - set(first))
 
 
-# tab20's dark shades, then its light ones: the first ten colours of a plot are ten hues.
+# tab20's dark shades (tab10's colours), then its light ones: the first ten of a plot are ten hues.
 TWENTY_COLOURS = plt.cm.tab20.colors[::2] + plt.cm.tab20.colors[1::2]
 PARTS = ("attention", "position", "suffix")  # what split_run returns, by name
 
@@ -49,11 +50,10 @@ class RunStyles:
   def __init__(self, records, colour_by="attention", style_by="suffix", marker_by=None):
     parts = [dict(zip(PARTS, split_run(r))) for r in records]
     self.colour_by, self.style_by, self.marker_by = colour_by, style_by, marker_by
-    def assign(part, looks):  # each value of the part, in order, its look from `looks` in turn
+    def assign(part, looks):  # each value of the part, in order, its own look
       values = _ordered({p[part] for p in parts}, FIRST[part])
-      return {v: looks[i % len(looks)] for i, v in enumerate(values)}
-    self.colour = assign(colour_by,
-                         plt.cm.tab10.colors if colour_by == "attention" else TWENTY_COLOURS)
+      return dict(zip(values, _enough(looks, len(values))))
+    self.colour = assign(colour_by, TWENTY_COLOURS)
     self.line_style = assign(style_by, LINE_STYLES)
     self.marker = assign(marker_by, MARKERS) if marker_by else {}
     self.positions = list(assign("position", [None]))
@@ -76,6 +76,18 @@ class RunStyles:
     return handles
 
 
+def _enough(looks, n):
+  """n distinct looks: `looks` while they last, else as many colours from a continuous colour map,
+  dash patterns or (marker) numbered symbols."""
+  if n <= len(looks):
+    return looks[:n]
+  if looks is TWENTY_COLOURS:
+    return [plt.cm.turbo(i / max(n - 1, 1)) for i in range(n)]
+  if looks is LINE_STYLES:
+    return [(0, (1 + i, 1.5)) for i in range(n)]
+  return [f"${i}$" for i in range(n)]
+
+
 def _name(part):
   return part.lstrip("+") or "text only"
 
@@ -88,8 +100,10 @@ def method_grid(records, panel_size=(3.4, 2.4), columns=4, **subplot_kw):
   fig, axes = plt.subplots(rows, columns, figsize=(panel_size[0] * columns, panel_size[1] * rows),
                            squeeze=False, **subplot_kw)
   flat = list(axes.flat)
-  for ax in flat[len(styles.positions):]:
+  for i, ax in enumerate(flat[len(styles.positions):], start=len(styles.positions)):
     ax.set_visible(False)
+    if i >= columns:  # the panel above an empty slot shows its own x tick labels
+      flat[i - columns].xaxis.set_tick_params(labelbottom=True)
   panels = dict(zip(styles.positions, flat))
   for position, ax in panels.items():
     ax.set_title(position, fontsize=9)
@@ -111,12 +125,13 @@ def legend_below(fig, handles, columns=4, fontsize=8, xlabel=None) -> None:
     fig.text(0.5, (extra - 0.05) / height, xlabel, ha="center", va="top", fontsize=9)
   if handles:
     fig.legend(handles=handles, loc="lower center", ncol=columns, fontsize=fontsize,
-               frameon=False)
+               frameon=False, handlelength=4)
 
 
 def short_labels(records) -> tuple[list[str], str]:
-  """Each record's label less the architecture prefix and the `+` settings all of them share, and
-  that shared part (e.g. 'transformer copy50+retrieval50'), for a plot's title."""
+  """Each record's label less the `transformer_` prefix where all have it (a plot's title names the
+  architecture) and less the trailing `+` settings all of them end with, and those settings (e.g.
+  'copy50+retrieval50'), for the title."""
   labels = [r.get("label", r["config_name"]) for r in records]
   suffixes = [split_run(r)[2].split("+")[1:] for r in records]
   shared = 0
@@ -126,4 +141,4 @@ def short_labels(records) -> tuple[list[str], str]:
   suffix = "".join(f"+{part}" for part in suffixes[0][len(suffixes[0]) - shared:]) if shared else ""
   prefix = "transformer_" if labels and all(l.startswith("transformer_") for l in labels) else ""
   shortened = [l[len(prefix):len(l) - len(suffix)] for l in labels]
-  return shortened, " ".join(x for x in (prefix.rstrip("_"), suffix.lstrip("+")) if x)
+  return shortened, suffix.lstrip("+")

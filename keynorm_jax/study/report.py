@@ -215,12 +215,18 @@ def seed_table(records):
   return _table(["config", "seeds", "1x", "8x", "8x / 1x"], rows)
 
 
-def plot_by_position(records, architecture, path):
-  """Accuracy by position at 8x, seed 0: a panel per position method (plot_style.method_grid)."""
-  recs = [r for r in sorted(_seed0(records, architecture), key=_name)
+def _by_position_records(records, architecture):
+  """The seed-0 records of `architecture` with an accuracy at 8x: what plot_by_position draws."""
+  return [r for r in sorted(_seed0(records, architecture), key=_name)
           if (_find(r, 8 * _train_length(r)) or {}).get("accuracy") is not None]
+
+
+def plot_by_position(records, architecture, path) -> bool:
+  """Accuracy by position at 8x, seed 0, a panel per position method (plot_style.method_grid);
+  False (nothing drawn) when no record has an 8x accuracy."""
+  recs = _by_position_records(records, architecture)
   if not recs:
-    return
+    return False
   fig, panels, styles = plot_style.method_grid(recs, sharex=True, sharey=True)
   for rec in recs:
     r = _find(rec, 8 * _train_length(rec))
@@ -230,10 +236,11 @@ def plot_by_position(records, architecture, path):
     ax.axvline(_train_length(rec), color="grey", lw=0.8, ls=":")
   fig.supylabel("next-token accuracy (non-repeated)", fontsize=9)
   fig.suptitle(f"{architecture}: accuracy by position at 8x the training length, seed 0 "
-               "(dotted: the training length)", fontsize=10)
+               "(grey vertical line: the training length)", fontsize=10)
   plot_style.legend_below(fig, styles.legend_handles(), xlabel="position")
   fig.savefig(path, dpi=110)
   plt.close(fig)
+  return True
 
 
 BEGIN, END = "<!-- field-study:begin -->", "<!-- field-study:end -->"
@@ -259,9 +266,10 @@ def results_block(records) -> str:
                 f"\n#### {architecture}: the copy test (repeated, period train_length / "
                 f"{plan.REPEAT_PERIOD_FRACTION} = 128)\n", copy_table(records, architecture),
                 f"\n#### {architecture}: where attention goes at 8x\n",
-                reach_table(records, architecture),
-                f"\n![{architecture}: accuracy by position at 8x]"
-                f"(results/field/by_position_{architecture}.png)"]
+                reach_table(records, architecture), ""]
+      if _by_position_records(records, architecture):
+        parts += [f"![{architecture}: accuracy by position at 8x]"
+                  f"(results/field/by_position_{architecture}.png)"]
       if any(_reach_layers(r) for r in _seed0(records, architecture)):
         parts += [f"![{architecture}: attention mass by distance at 8x]"
                   f"(results/field/reach_{architecture}.png)"]
@@ -310,8 +318,8 @@ def plot_reach(records, architecture, path) -> bool:
                 **styles.of(rec))
     ax.axvline(_train_length(rec), color="grey", lw=0.8, ls=":")
   fig.supylabel("attention mass (queries beyond train_length)", fontsize=9)
-  fig.suptitle(f"{architecture}: where attention goes at 8x, mean over layers, seed 0 (dotted: "
-               "the training length; floor 1e-6)", fontsize=10)
+  fig.suptitle(f"{architecture}: where attention goes at 8x, mean over layers, seed 0 (grey "
+               "vertical line: the training length; floor 1e-6)", fontsize=10)
   plot_style.legend_below(fig, styles.legend_handles(),
                           xlabel="distance from query to key (tokens, blocks of train_length / 8)")
   fig.savefig(path, dpi=110)
@@ -340,13 +348,13 @@ def write_report(records, output) -> pathlib.Path:
     if not _seed0(records, architecture):
       continue
     png = f"by_position_{architecture}.png"
-    plot_by_position(records, architecture, output / png)
+    drawn = plot_by_position(records, architecture, output / png)
     sections += [f"## {architecture}: the field table (seed 0)\n", field_table(records, architecture),
                  f"\n## {architecture}: each method's inference-time options at 8x\n",
                  options_table(records, architecture),
                  f"\n## {architecture}: the copy test (repeated, period train_length / "
                  f"{plan.REPEAT_PERIOD_FRACTION})\n", copy_table(records, architecture),
-                 f"\n![accuracy by position]({png})\n",
+                 f"\n![accuracy by position]({png})\n" if drawn else "",
                  f"## {architecture}: where attention goes at 8x (diagnostics)\n",
                  "Mean over layers and heads of 4 non-repeated 8x windows: the mean attention "
                  "distance (tokens) of queries inside (< train_length) and beyond; the attention mass"

@@ -116,7 +116,7 @@ def plot_by_length(records, architecture, path) -> bool:
       points = [(m, find(rec, task, m)) for m in plan.RETRIEVAL_MULTIPLES]
       points = [(m, r["accuracy"]) for m, r in points if r and r.get("accuracy") is not None]
       if points:
-        ax.plot(*zip(*points), lw=1.2, ms=3.5, label=label, **styles.of(rec))
+        ax.plot(*zip(*points), lw=1.2, ms=4.5, label=label, **styles.of(rec))
     ax.set_xscale("log", base=2)
     ax.set_xticks(plan.RETRIEVAL_MULTIPLES, [f"{m}x" for m in plan.RETRIEVAL_MULTIPLES])
     ax.set_title(f"{task}: exact match over all depths", fontsize=10)
