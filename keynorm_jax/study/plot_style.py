@@ -9,8 +9,11 @@ line style per label suffix, and explain the colours and styles in one legend be
 
 import math
 
-import matplotlib.lines as mlines
-import matplotlib.pyplot as plt
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.lines as mlines  # pylint: disable=wrong-import-position
+import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
 MARKERS = ("o", "s", "^", "v", "D", "x", "P", "*", "<", ">")
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)),
@@ -44,8 +47,9 @@ PARTS = ("attention", "position", "suffix")  # what split_run returns, by name
 
 
 class RunStyles:
-  """A colour and a line style for each record of one plot, each from one part of its split_run:
-  by default the colour tells the attention variant and the line style the label suffix."""
+  """A colour, a line style and (with marker_by) a marker for each record of one plot, each from
+  one part of its split_run: by default the colour tells the attention variant and the line style
+  the label suffix. `positions` lists the plot's position methods in panel order."""
 
   def __init__(self, records, colour_by="attention", style_by="suffix", marker_by=None):
     parts = [dict(zip(PARTS, split_run(r))) for r in records]
@@ -56,7 +60,7 @@ class RunStyles:
     self.colour = assign(colour_by, TWENTY_COLOURS)
     self.line_style = assign(style_by, LINE_STYLES)
     self.marker = assign(marker_by, MARKERS) if marker_by else {}
-    self.positions = list(assign("position", [None]))
+    self.positions = _ordered({p["position"] for p in parts}, FIRST["position"])
 
   def of(self, record) -> dict:
     """matplotlib's keywords for the record's line: color, ls and, with marker_by, marker."""
