@@ -221,6 +221,12 @@ def _by_position_records(records, architecture):
           if (_find(r, 8 * _train_length(r)) or {}).get("accuracy") is not None]
 
 
+def _mark_train_lengths(panels, recs) -> None:
+  """A grey vertical line at each training length of a panel's runs, once per panel and length."""
+  for position, length in {(plot_style.split_run(r)[1], _train_length(r)) for r in recs}:
+    panels[position].axvline(length, color="grey", lw=0.8, ls=":")
+
+
 def plot_by_position(records, architecture, path) -> bool:
   """Accuracy by position at 8x, seed 0, a panel per position method (plot_style.method_grid);
   False (nothing drawn) when no record has an 8x accuracy."""
@@ -233,7 +239,7 @@ def plot_by_position(records, architecture, path) -> bool:
     xs = [r["position_bucket"] * (i + 0.5) for i in range(len(r["accuracy_by_position"]))]
     ax = panels[plot_style.split_run(rec)[1]]
     ax.plot(xs, r["accuracy_by_position"], lw=1.0, **styles.of(rec))
-    ax.axvline(_train_length(rec), color="grey", lw=0.8, ls=":")
+  _mark_train_lengths(panels, recs)
   fig.supylabel("next-token accuracy (non-repeated)", fontsize=9)
   fig.suptitle(f"{architecture}: accuracy by position at 8x the training length, seed 0 "
                "(grey vertical line: the training length)", fontsize=10)
@@ -316,7 +322,7 @@ def plot_reach(records, architecture, path) -> bool:
     ax = panels[plot_style.split_run(rec)[1]]
     ax.semilogy([bucket * i for i in range(len(mass))], [max(m, 1e-6) for m in mass], lw=1.0,
                 **styles.of(rec))
-    ax.axvline(_train_length(rec), color="grey", lw=0.8, ls=":")
+  _mark_train_lengths(panels, recs)
   fig.supylabel("attention mass (queries beyond train_length)", fontsize=9)
   fig.suptitle(f"{architecture}: where attention goes at 8x, mean over layers, seed 0 (grey "
                "vertical line: the training length; floor 1e-6)", fontsize=10)
