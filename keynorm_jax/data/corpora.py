@@ -80,12 +80,18 @@ def preparing(builder):
 
 def prepare_once(builder, prepare) -> None:
   """Calls prepare() unless `builder` is prepared, under `preparing`, checking again once the lock
-  is held (another process may have prepared it while this one waited)."""
-  if builder.is_prepared():
-    return
-  with preparing(builder):
-    if not builder.is_prepared():
-      prepare()
+  is held (another process may have prepared it while this one waited).
+
+  A builder made before another process finished preparing holds the empty dataset info it read
+  then (no splits); it reads the prepared dataset's info again.
+  """
+  if not builder.is_prepared():
+    with preparing(builder):
+      if not builder.is_prepared():
+        prepare()
+        return
+  if not builder.info.splits:
+    builder.info.read_from_directory(builder.data_dir)
 
 
 def kjv_documents(split: str, data_dir=None):
