@@ -227,25 +227,35 @@ def _mark_train_lengths(panels, recs) -> None:
     panels[position].axvline(length, color="grey", lw=0.8, ls=":")
 
 
+def _plot_per_method(recs, draw, path, *, ylabel: str, title: str, xlabel: str) -> None:
+  """Saves a figure of a panel per position method (plot_style.method_grid): draw(ax, record,
+  style) draws each record in its method's panel; the training lengths marked, one legend below."""
+  fig, panels, styles = plot_style.method_grid(recs, sharex=True, sharey=True)
+  for rec in recs:
+    draw(panels[plot_style.split_run(rec)[1]], rec, styles.of(rec))
+  _mark_train_lengths(panels, recs)
+  fig.supylabel(ylabel, fontsize=9)
+  fig.suptitle(title, fontsize=10)
+  plot_style.legend_below(fig, styles.legend_handles(), xlabel=xlabel)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
 def plot_by_position(records, architecture, path) -> bool:
   """Accuracy by position at 8x, seed 0, a panel per position method (plot_style.method_grid);
   False (nothing drawn) when no record has an 8x accuracy."""
   recs = _by_position_records(records, architecture)
   if not recs:
     return False
-  fig, panels, styles = plot_style.method_grid(recs, sharex=True, sharey=True)
-  for rec in recs:
+
+  def draw(ax, rec, style):
     r = _find(rec, 8 * _train_length(rec))
     xs = [r["position_bucket"] * (i + 0.5) for i in range(len(r["accuracy_by_position"]))]
-    ax = panels[plot_style.split_run(rec)[1]]
-    ax.plot(xs, r["accuracy_by_position"], lw=1.0, **styles.of(rec))
-  _mark_train_lengths(panels, recs)
-  fig.supylabel("next-token accuracy (non-repeated)", fontsize=9)
-  fig.suptitle(f"{architecture}: accuracy by position at 8x the training length, seed 0 "
-               "(grey vertical line: the training length)", fontsize=10)
-  plot_style.legend_below(fig, styles.legend_handles(), xlabel="position")
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+    ax.plot(xs, r["accuracy_by_position"], lw=1.0, **style)
+
+  _plot_per_method(recs, draw, path, ylabel="next-token accuracy (non-repeated)",
+                   title=f"{architecture}: accuracy by position at 8x the training length, seed 0 "
+                   "(grey vertical line: the training length)", xlabel="position")
   return True
 
 
@@ -313,23 +323,19 @@ def plot_reach(records, architecture, path) -> bool:
   recs = [r for r in sorted(_seed0(records, architecture), key=_name) if _reach_layers(r)]
   if not recs:
     return False
-  fig, panels, styles = plot_style.method_grid(recs, sharex=True, sharey=True)
-  for rec in recs:
-    layers = list(_reach_layers(rec).values())
-    profiles = [l["reach"]["mass_by_block_distance_beyond_train"] for l in layers]
+
+  def draw(ax, rec, style):
+    profiles = [l["reach"]["mass_by_block_distance_beyond_train"]
+                for l in _reach_layers(rec).values()]
     mass = [sum(p[i] for p in profiles) / len(profiles) for i in range(len(profiles[0]))]
     bucket = rec["diagnostics"][str(8 * _train_length(rec))]["position_bucket"]
-    ax = panels[plot_style.split_run(rec)[1]]
     ax.semilogy([bucket * i for i in range(len(mass))], [max(m, 1e-6) for m in mass], lw=1.0,
-                **styles.of(rec))
-  _mark_train_lengths(panels, recs)
-  fig.supylabel("attention mass (queries beyond train_length)", fontsize=9)
-  fig.suptitle(f"{architecture}: where attention goes at 8x, mean over layers, seed 0 (grey "
-               "vertical line: the training length; floor 1e-6)", fontsize=10)
-  plot_style.legend_below(fig, styles.legend_handles(),
-                          xlabel="distance from query to key (tokens, blocks of train_length / 8)")
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+                **style)
+
+  _plot_per_method(recs, draw, path, ylabel="attention mass (queries beyond train_length)",
+                   title=f"{architecture}: where attention goes at 8x, mean over layers, seed 0 "
+                   "(grey vertical line: the training length; floor 1e-6)",
+                   xlabel="distance from query to key (tokens, blocks of train_length / 8)")
   return True
 
 
