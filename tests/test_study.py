@@ -154,6 +154,43 @@ def test_results_page_counts_the_runs_the_records_hold(part, pattern, mentions):
       f"records in results/field/ say {recorded} of {len(planned)}. Update its prose.")
 
 
+# The GAU layout's retrieval runs: how many learned a key, and how its same-seed Baseline/KNA pairs
+# split, are written by hand on the page too; a key is learned when a passkey (digits or letters)
+# is at least 60% exact at 1x with no inference-time method, the page's definition.
+GAU_LAYOUT = "__gau_qk-separate__gau_heads-4__copy50__retrieval50__"
+
+
+def learned_a_key(record):
+  return any(r["task"] in ("passkey", "passkey_letters") and r["method"]["method"] == "none"
+             and r["length"] == r["train_length"] and r["accuracy"] >= 0.6
+             for r in record["retrieval"])
+
+
+def test_results_page_counts_the_gau_layouts_keys_and_pairs_as_the_records_do():
+  store = RecordStore("field")
+  runs = {e.key: store.find(e.key, runner.record_plan_key(e, "cpu"))
+          for e in plan.retrieval_runs() if GAU_LAYOUT in e.key}
+  learned = {key: learned_a_key(record) for key, record in runs.items() if record is not None}
+  twins = [(key, "kna_" + key.removeprefix("baseline_")) for key in learned
+           if key.startswith("baseline_") and "kna_" + key.removeprefix("baseline_") in learned]
+  disagree = [(base, kna) for base, kna in twins if learned[base] != learned[kna]]
+  page = pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md"
+  text = " ".join(page.read_text().split())
+  keys = re.findall(r"Of the layout's (\d+) runs so far \(seed 0 unless said\), (\d+) learned a key "
+                    r"at 1x", text)
+  pairs = re.findall(r"Over the layout's (\d+) same-seed Baseline/KNA pairs .*?, the (\d+) that "
+                     r"disagree on whether a key was learned at 1x all go KNA's way", text)
+  assert keys == [(str(len(learned)), str(sum(learned.values())))], (
+      f"RESULTS.md says {keys} (runs, runs that learned a key) of the GAU layout; the records say "
+      f"{len(learned)} and {sum(learned.values())}. Update its prose.")
+  assert pairs == [(str(len(twins)), str(len(disagree)))], (
+      f"RESULTS.md says {pairs} (pairs, pairs that disagree) of the GAU layout; the records say "
+      f"{len(twins)} and {len(disagree)}. Update its prose.")
+  assert all(learned[kna] for _, kna in disagree), (
+      f"RESULTS.md says every disagreeing pair goes KNA's way; these go Baseline's: "
+      f"{[base for base, kna in disagree if not learned[kna]]}.")
+
+
 def test_drope_runs_add_its_temperature_under_a_plan_key_of_their_own():
   # DroPE's runs are evaluated with its logit scale too, next-token and retrieval; no other
   # record's key changes.
