@@ -1,6 +1,7 @@
 """The field study's harness: one tiny run end to end (record, skip, report), and the report's
 derived figures checked on records whose answers are worked out by hand."""
 
+import dataclasses
 import json
 import pathlib
 import re
@@ -123,9 +124,24 @@ def test_copy_runs_have_their_own_keys_and_labels():
   assert len(keys) == len(set(keys)) and "transformer_kna_rope__copy10__seed0" in keys
 
 
+RESULTS_PAGE = pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md"
+
+
+def page_prose():
+  """RESULTS.md with its line breaks and indents as single spaces, for patterns that span lines."""
+  return " ".join(RESULTS_PAGE.read_text().split())
+
+
+def recorded(entries):
+  """{entry: its committed record} for the entries recorded under this plan (cpu scale)."""
+  store = RecordStore("field")
+  found = {e: store.find(e.key, runner.record_plan_key(e, "cpu")) for e in entries}
+  return {e: record for e, record in found.items() if record is not None}
+
+
 def test_results_page_shows_what_the_committed_records_say():
   records = RecordStore("field").all()
-  text = (pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md").read_text()
+  text = RESULTS_PAGE.read_text()
   assert f"{BEGIN}\n{results_block(records)}\n{END}" in text, (
       "RESULTS.md's field-study block is not the one the records in results/field/ give; rebuild "
       "it with `python -m keynorm_jax.study --report_only`.")
@@ -144,22 +160,16 @@ def test_results_page_counts_the_runs_the_records_hold(part, pattern, mentions):
   retrieval = plan.retrieval_runs()
   planned = retrieval if part == "retrieval" else [e for e in plan.field_runs()
                                                    if e not in retrieval]
-  store = RecordStore("field")
-  recorded = sum(store.find(e.key, runner.record_plan_key(e, "cpu")) is not None  # by this plan
-                 for e in planned)
-  page = pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md"
-  counts = re.findall(pattern, " ".join(page.read_text().split()))
-  assert len(counts) >= mentions and set(counts) == {(str(recorded), str(len(planned)))}, (
+  done = len(recorded(planned))
+  counts = re.findall(pattern, page_prose())
+  assert len(counts) >= mentions and set(counts) == {(str(done), str(len(planned)))}, (
       f"RESULTS.md says {sorted(set(counts))} of the {part} plan's runs are recorded; the "
-      f"records in results/field/ say {recorded} of {len(planned)}. Update its prose.")
+      f"records in results/field/ say {done} of {len(planned)}. Update its prose.")
 
 
 # The GAU layout's retrieval runs: how many learned a key, and how its same-seed Baseline/KNA pairs
 # split, are written by hand on the page too; a key is learned when a passkey (digits or letters)
 # is at least 60% exact at 1x with no inference-time method, the page's definition.
-GAU_LAYOUT = "__gau_qk-separate__gau_heads-4__copy50__retrieval50__"
-
-
 def learned_a_key(record):
   return any(r["task"] in ("passkey", "passkey_letters") and r["method"]["method"] == "none"
              and r["length"] == r["train_length"] and r["accuracy"] >= 0.6
@@ -167,15 +177,13 @@ def learned_a_key(record):
 
 
 def test_results_page_counts_the_gau_layouts_keys_and_pairs_as_the_records_do():
-  store = RecordStore("field")
-  runs = {e.key: store.find(e.key, runner.record_plan_key(e, "cpu"))
-          for e in plan.retrieval_runs() if GAU_LAYOUT in e.key}
-  learned = {key: learned_a_key(record) for key, record in runs.items() if record is not None}
-  twins = [(key, "kna_" + key.removeprefix("baseline_")) for key in learned
-           if key.startswith("baseline_") and "kna_" + key.removeprefix("baseline_") in learned]
+  gau = [e for e in plan.retrieval_runs() if e.model == plan.RETRIEVAL_GAU_MODEL]
+  learned = {e: learned_a_key(record) for e, record in recorded(gau).items()}
+  twins = [(e, dataclasses.replace(e, config="kna_" + e.config.removeprefix("baseline_")))
+           for e in learned if e.config.startswith("baseline_")]
+  twins = [(base, kna) for base, kna in twins if kna in learned]
   disagree = [(base, kna) for base, kna in twins if learned[base] != learned[kna]]
-  page = pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md"
-  text = " ".join(page.read_text().split())
+  text = page_prose()
   keys = re.findall(r"Of the layout's (\d+) runs so far \(seed 0 unless said\), (\d+) learned a key "
                     r"at 1x", text)
   pairs = re.findall(r"Over the layout's (\d+) same-seed Baseline/KNA pairs .*?, the (\d+) that "
@@ -188,7 +196,7 @@ def test_results_page_counts_the_gau_layouts_keys_and_pairs_as_the_records_do():
       f"{len(twins)} and {len(disagree)}. Update its prose.")
   assert all(learned[kna] for _, kna in disagree), (
       f"RESULTS.md says every disagreeing pair goes KNA's way; these go Baseline's: "
-      f"{[base for base, kna in disagree if not learned[kna]]}.")
+      f"{[base.key for base, kna in disagree if not learned[kna]]}.")
 
 
 def test_drope_runs_add_its_temperature_under_a_plan_key_of_their_own():
