@@ -149,8 +149,9 @@ def test_results_page_shows_what_the_committed_records_say():
 
 # The prose says how much of each part of the plan is recorded; those counts are written by hand,
 # so they are checked against the records here (every mention of them on the page).
-COUNTED_ON_THE_PAGE = [  # (part of the plan, how the page says it: "N of M" and "all M", at least
-    # this many mentions)
+# (part of the plan, how the page says "N of M" recorded, how it says "all M", at least this many
+# mentions of either)
+COUNTED_ON_THE_PAGE = [
     ("retrieval", r"(\d+) of the (?:retrieval )?plan's (\d+) runs",
      r"all (\d+) of the (?:retrieval )?plan's runs", 3),
     ("next-token", r"(\d+) of the plan's (\d+) next-token runs",
@@ -165,6 +166,7 @@ def test_results_page_counts_the_runs_the_records_hold(part, pattern, all_patter
                                                    if e not in retrieval]
   done = len(recorded(planned))
   text = page_prose()
+  # "all M" says M of M are recorded.
   counts = re.findall(pattern, text) + [(n, n) for n in re.findall(all_pattern, text)]
   assert len(counts) >= mentions and set(counts) == {(str(done), str(len(planned)))}, (
       f"RESULTS.md says {sorted(set(counts))} of the {part} plan's runs are recorded; the "
