@@ -146,7 +146,7 @@ RETRIEVAL_SEEDED = ("baseline_rope", "kna_rope", "cosa_logn_rope", "baseline_ali
 # Baseline KERPLE, 100% digit passkey at every length from 1x to 16x (Baseline HWFA and RNoPE-SWA
 # 90-100%); seeded on the Transformer only, as no GAU had retrieved with this recipe then.
 RETRIEVAL_SEEDED_TRANSFORMER_ONLY = ("transformer_baseline_kerple_log",)
-# A second seed of a GAU pair that disagreed at seed 0 (recorded 2026-11-27: KNA RNoPE-SWA read the
+# A second seed of a GAU pair that disagreed at seed 0 (recorded 2026-11-28: KNA RNoPE-SWA read the
 # letter key from nearly every depth up to 16x, Baseline RNoPE-SWA learned no key), the cheapest of
 # the layout's disagreeing pairs to train: does the layout's lean towards KeyNorm hold over seeds?
 RETRIEVAL_SEEDED_GAU_PAIR = ("baseline_rnope_swa", "kna_rnope_swa")
