@@ -194,8 +194,9 @@ def test_results_page_counts_the_gau_layouts_keys_and_pairs_as_the_records_do():
                     r"at 1x", text)
   # The pairs are counted twice on the page: in the summary ("Across ...") and in the GAU bullet
   # ("Over ...").
-  pairs = re.findall(r"(?:Across|Over) the layout's (\d+) same-seed Baseline/KNA pairs(?: .*?)?, the "
-                     r"(\d+) that disagree on whether a key was learned at 1x all go KNA's way", text)
+  pairs = re.findall(r"(?:Across|Over) the layout's (\d+) same-seed Baseline/KNA pairs(?: .*?)?, "
+                     r"the (\d+) that disagree on whether a key was learned at 1x all go KNA's way",
+                     text)
   assert keys == [(str(len(learned)), str(sum(learned.values())))], (
       f"RESULTS.md says {keys} (runs, runs that learned a key) of the GAU layout; the records say "
       f"{len(learned)} and {sum(learned.values())}. Update its prose.")
