@@ -143,6 +143,9 @@ def test_export_then_import_gives_the_same_logits_and_tokens(tmp_path, data_dir)
                          f"--workdir={tmp_path / 'run'}", f"--out={tmp_path / 'hf'}"],
                         cwd=repo, capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr[-2000:]
+  printed = (done.stdout + done.stderr).splitlines()
+  assert not [line for line in printed if "INFO" in line or line.startswith("I1")], printed
+  assert printed[-1].startswith(f"Wrote {tmp_path / 'hf'} (step 2 of run)"), printed
   run = load_run(tmp_path / "run")
   cfg, params = load_llama(tmp_path / "hf")
   tokens = np.random.default_rng(0).integers(0, 257, size=(2, 48)).astype(np.int32)
@@ -153,6 +156,14 @@ def test_export_then_import_gives_the_same_logits_and_tokens(tmp_path, data_dir)
   text = "In the beginning, h\u00e9llo \u6f22\u5b57\n\tend"
   tokenizer = Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
   assert tokenizer.encode(text, add_special_tokens=False).ids == list(encode(text))
+  # transformers loads the folder's tokenizer and generation settings without arguments.
+  from transformers import AutoTokenizer, GenerationConfig  # pylint: disable=g-import-not-at-top
+  auto = AutoTokenizer.from_pretrained(tmp_path / "hf")
+  assert (auto.eos_token, auto.eos_token_id, auto.bos_token_id) == ("<sep>", 256, 256)
+  assert auto(text)["input_ids"] == list(encode(text))
+  assert auto.model_max_length == run.config.train_length
+  generation = GenerationConfig.from_pretrained(tmp_path / "hf")
+  assert (generation.eos_token_id, generation.bos_token_id) == (256, 256)
   kna = dataclasses.replace(model_config(run.config), attention="kna")
   with pytest.raises(ConfigError, match="cannot be written as a Llama model: its attention is KNA"):
     export(kna, run.params, tmp_path / "kna")

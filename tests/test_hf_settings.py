@@ -97,14 +97,21 @@ def test_a_trained_rope_scaling_is_carried_over(tmp_path, scaling, inv_freq, att
   assert positions.inference_method("rerope").skip_reason(method, HEADS, kind) is None
 
 
+@pytest.mark.parametrize("layout", ["rope_scaling", "rope_parameters"])
 @pytest.mark.parametrize("scaling, message", [
-    (dict(rope_type="longrope", factor=4.0), "RoPE scaling 'longrope' is not one of"),
-    (dict(rope_type="llama3", factor=8.0), "llama3 rope_scaling has no low_freq_factor"),
-    (dict(rope_type="yarn", factor=4.0, mscale=0.7), "yarn RoPE scaling sets mscale"),
+    (dict(rope_type="longrope", factor=4.0), "RoPE kind 'longrope' is not one of"),
+    (dict(rope_type="llama3", factor=8.0), "Missing required keys .* 'rope_type'='llama3'"),
+    (dict(rope_type="yarn", factor=4.0, mscale=0.7), "yarn RoPE sets mscale"),
+    (dict(rope_type="linear", factor=2.0, partial_rotary_factor=0.5), "partial_rotary_factor"),
+    (dict(rope_type="yarn", factor=4.0, truncate=False), "sets truncate false"),
 ])
-def test_a_rope_scaling_it_does_not_compute_is_refused(tmp_path, scaling, message):
+def test_a_rope_scaling_it_does_not_compute_is_refused(tmp_path, layout, scaling, message):
+  """In the older layout (rope_scaling beside rope_theta) and transformers 5's (rope_parameters
+  holding rope_theta)."""
+  change = ({"rope_scaling": scaling} if layout == "rope_scaling" else
+            {"rope_parameters": {**scaling, "rope_theta": BASE}})
   with pytest.raises(ConfigError, match=message):
-    load_llama(_folder(tmp_path, dict(rope_scaling=scaling)))
+    load_llama(_folder(tmp_path, change))
 
 
 def test_the_new_model_settings_are_checked_where_they_are_set():

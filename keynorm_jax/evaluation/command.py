@@ -2,6 +2,7 @@
 
 import dataclasses
 import datetime
+import functools
 import json
 import pathlib
 import platform
@@ -92,6 +93,18 @@ def with_kernel(run: TrainedRun, kernel: str) -> TrainedRun:
   return dataclasses.replace(run, config=config)
 
 
+def _load_hf_folder(hf_checkpoint, **options) -> TrainedRun:
+  """The TrainedRun of --hf_checkpoint's folder; ConfigError for an empty flag or a non-folder."""
+  if not str(hf_checkpoint):
+    raise ConfigError("--hf_checkpoint is empty; pass the folder of a Hugging Face model "
+                      "(config.json, *.safetensors, tokenizer.json), or leave it unset.")
+  folder = pathlib.Path(hf_checkpoint)
+  if not folder.is_dir():
+    raise ConfigError(f"--hf_checkpoint={hf_checkpoint} is not a folder: pass the folder of a "
+                      "Hugging Face model (config.json, *.safetensors, tokenizer.json).")
+  return hf_run(folder, **options)
+
+
 def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0, output=None,
                      diagnostics=False, echo=print, repeat_period=None, tasks=(NEXT_TOKEN,),
                      depths=DEFAULT_DEPTHS, num_prompts=4, trust_unverified=False, kernel=None,
@@ -107,8 +120,9 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
     model.kernel (the same function: e.g. `cudnn` on a GPU for runs trained on a CPU).
   hf_checkpoint: instead of our runs, a local Hugging Face Llama-family folder (huggingface/), at
     `lengths` only (not its training length), on the held-out text in its own tokens (TFDS data
-    in `data_dir`), in `hf_dtype` (huggingface.run.resolve_dtype); its results go to `output`,
-    default runs/hf_<folder name>/eval.
+    in `data_dir`), in `hf_dtype` (huggingface.run.resolve_dtype); loaded and checked before any
+    work (a folder that cannot be loaded is a ConfigError: nothing is written); its results go to
+    `output`, default <workdir>/hf_<folder name>/eval (beside our runs' results).
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
   stop the others. The output folder is checked to be writable before any work; the tables are
   printed before the files are written, all or nothing (report.write_results: OutputError says
@@ -121,15 +135,14 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
   depths = check_depths(depths)
   retrieval_names = [t for t in tasks if t != NEXT_TOKEN]
   workdir = pathlib.Path(workdir)
-  if hf_checkpoint:
-    hf_folder = pathlib.Path(hf_checkpoint)
-    if not hf_folder.is_dir():
-      raise ConfigError(f"--hf_checkpoint={hf_checkpoint} is not a folder: pass the folder of a "
-                        "Hugging Face model (config.json, *.safetensors, tokenizer.json).")
-    runs = [hf_folder]
-    default_output = pathlib.Path("runs") / f"hf_{hf_folder.name}" / "eval"
+  if hf_checkpoint is not None:
+    folder_run = _load_hf_folder(hf_checkpoint, data_dir=data_dir, dtype=hf_dtype)
+    sources = [(folder_run.name, lambda: folder_run)]
+    default_output = workdir / f"hf_{folder_run.name}" / "eval"
   else:
-    runs = find_runs(workdir)
+    sources = [(run_dir.name, functools.partial(load_run, run_dir, warn=echo,
+                                                trust_unverified=trust_unverified))
+               for run_dir in find_runs(workdir)]
     default_output = workdir / "eval"
   output = pathlib.Path(output) if output else default_output
   output_existed = output.is_dir()
@@ -137,17 +150,16 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
   records, retrieval, failures, found_diagnostics = [], [], {}, {}
   tokens_by_data = {}
   started = time.perf_counter()
-  for index, run_dir in enumerate(runs, 1):
+  for index, (name, load) in enumerate(sources, 1):
     try:
-      run = (hf_run(run_dir, data_dir=data_dir, dtype=hf_dtype) if hf_checkpoint else
-             load_run(run_dir, warn=echo, trust_unverified=trust_unverified))
+      run = load()
       if kernel is not None:
         run = with_kernel(run, kernel)
       key = json.dumps(run.config.data.to_dict(), sort_keys=True)
       if key not in tokens_by_data:
         tokens_by_data[key] = held_out_tokens(run.config)
       tokens = tokens_by_data[key]
-      echo(f"[{index}/{len(runs)}] {run.name} (step {run.step}, trained at "
+      echo(f"[{index}/{len(sources)}] {run.name} (step {run.step}, trained at "
            f"{run.config.train_length})")
       progress = lambda what: echo(f"  evaluating {what}")
       if retrieval_names:  # first: it checks its lengths before any work
@@ -162,16 +174,16 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
       if diagnostics:
         found_diagnostics[run.name] = run_diagnostics(run, lengths=lengths, tokens=tokens)
     except Exception as e:  # pylint: disable=broad-except
-      failures[run_dir.name] = f"{type(e).__name__}: {e}"
-      echo(f"  FAILED {run_dir.name}: {type(e).__name__}: {e}")
+      failures[name] = f"{type(e).__name__}: {e}"
+      echo(f"  FAILED {name}: {type(e).__name__}: {e}")
       if not isinstance(e, (ValueError, RuntimeError)):
         traceback.print_exc(file=sys.stderr)
   if records:
     echo("\n" + markdown_table(records) + "\n")
   if retrieval:
     echo("\nRetrieval: exact match % (per-token %)\n" + retrieval_table(retrieval) + "\n")
-  for name, message in failures.items():
-    echo(f"Run {name} was not evaluated: {message}")
+  if failures:  # each reason was printed where it happened
+    echo(f"Not evaluated: {', '.join(failures)} (the reasons are above).")
   paths = {}
   if records or retrieval:  # printed first: a disk that cannot take the files loses no result
     meta = {

@@ -3,7 +3,13 @@
 The inverse of llama.py's mapping: config.json (model_type llama, this run's sizes, rms_norm_eps,
 rope_theta, max_position_embeddings = its training length, grouped-query heads, tied or untied
 head, its own RoPE scaling as rope_scaling), model.safetensors in the PyTorch layout (Linear
-weights [out, in], float32) and the byte tokenizer as tokenizer.json (ids = UTF-8 bytes, <sep> = 256, also the eos token). Only a run whose
+weights [out, in], float32), the byte tokenizer as tokenizer.json (ids = UTF-8 bytes, <sep> = 256)
+with tokenizer_config.json, and generation_config.json. <sep> ends each document of the training
+stream and so starts the next: it is both the eos and the bos token. config.json is written in the
+older layout (top-level rope_theta and rope_scaling), which transformers 4 reads and transformers 5
+reads the same way (its legacy reading; hf_config.py reads both); tokenizer_config.json names
+PreTrainedTokenizerFast, which both load, so `AutoTokenizer` and `generate()` need no arguments.
+Only a run whose
 model Llama computes exports: a Transformer with Baseline attention, RoPE without options, RMSNorm,
 SwiGLU, no QK-norm, log n, SSMax or q/k/v biases; any other is refused with the reason.
 """
@@ -16,8 +22,8 @@ from safetensors.numpy import save_file
 
 from keynorm_jax.data.tokenizer import SEPARATOR_ID, VOCAB_SIZE
 from keynorm_jax.errors import ConfigError
-from keynorm_jax.huggingface.byte_tokenizer import byte_tokenizer
-from keynorm_jax.huggingface.llama import ROPE_TYPES
+from keynorm_jax.huggingface.byte_tokenizer import SEPARATOR, byte_tokenizer
+from keynorm_jax.huggingface.hf_config import ROPE_TYPES
 from keynorm_jax.models.config import ModelConfig
 
 
@@ -75,8 +81,21 @@ def hf_config(cfg: ModelConfig) -> dict:
       "head_dim": cfg.head_size, "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta,
       "max_position_embeddings": cfg.train_length, "hidden_act": "silu",
       "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": cfg.tie_embeddings,
-      "rope_scaling": _hf_rope_scaling(cfg), "eos_token_id": SEPARATOR_ID, "bos_token_id": None,
+      "rope_scaling": _hf_rope_scaling(cfg), "eos_token_id": SEPARATOR_ID,
+      "bos_token_id": SEPARATOR_ID,
   }
+
+
+def tokenizer_config(cfg: ModelConfig) -> dict:
+  """tokenizer_config.json of the byte tokenizer: its special token and the training length."""
+  return {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": SEPARATOR,
+          "eos_token": SEPARATOR, "model_max_length": cfg.train_length,
+          "clean_up_tokenization_spaces": False}
+
+
+def generation_config() -> dict:
+  """generation_config.json: generate() stops at <sep>, the end of a document."""
+  return {"bos_token_id": SEPARATOR_ID, "eos_token_id": SEPARATOR_ID}
 
 
 def hf_weights(cfg: ModelConfig, params) -> dict:
@@ -101,6 +120,10 @@ def hf_weights(cfg: ModelConfig, params) -> dict:
   return out
 
 
+FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+         "tokenizer_config.json")  # what export writes
+
+
 def export(cfg: ModelConfig, params, out) -> pathlib.Path:
   """Writes the folder `out` (refused if the model is not expressible or `out` holds files)."""
   reason = refusal(cfg)
@@ -113,7 +136,11 @@ def export(cfg: ModelConfig, params, out) -> pathlib.Path:
   if out.exists() and any(out.iterdir()):
     raise ConfigError(f"--out={out} is not empty: pass a new folder (nothing is overwritten).")
   out.mkdir(parents=True, exist_ok=True)
-  (out / "config.json").write_text(json.dumps(hf_config(cfg), indent=1, sort_keys=True) + "\n")
+  for name, content in (("config.json", hf_config(cfg)),
+                        ("tokenizer_config.json", tokenizer_config(cfg)),
+                        ("generation_config.json", generation_config())):
+    (out / name).write_text(json.dumps(content, indent=1, sort_keys=True) + "\n")
   save_file(hf_weights(cfg, params), out / "model.safetensors", metadata={"format": "pt"})
   byte_tokenizer().save(str(out / "tokenizer.json"))
   return out
+

@@ -13,16 +13,12 @@ folder's weights load unchanged (Qwen2 adds biases to q, k and v: model.qkv_bias
   model.layers.N.self_attn.{q,k,v}_proj.bias       layer_N/{query,key,value}/bias (Qwen2)
   model.layers.N.mlp.{gate,up,down}_proj.weight    layer_N/mlp/{gate,up,down}/kernel (transposed)
 
-config.json's hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
-num_key_value_heads, head_dim, vocab_size, rms_norm_eps, rope_theta and tie_word_embeddings become
-the ModelConfig's fields; max_position_embeddings its training length (what the inference-time
-RoPE scalings scale from); rope_scaling (linear, dynamic, yarn, llama3: Llama 3.1 / 3.2) the
-model's own scaling, model.rope_scaling, applied at every length. Weights are read with
-`safetensors` (one file, or shards listed by model.safetensors.index.json) and kept as float32 or
-bfloat16 parameters (`dtype`). What the Transformer cannot represent is refused with the reason
-(ConfigError): another model_type, a sliding-window Mistral, mixture-of-experts, an output or MLP
-bias, a RoPE scaling of another kind (longrope, mscale), an activation other than SiLU, a missing
-file.
+config.json becomes the ModelConfig (hf_config.py: read through transformers' own config classes,
+both layouts). Weights are read with `safetensors` (one file, or the shards listed by
+model.safetensors.index.json): every file's header is read first and each tensor's name, shape and
+dtype compared with what config.json implies, so a folder whose weights do not fit its config is
+refused naming the tensor before any tensor data is read; then kept as float32 or bfloat16
+parameters (`dtype`).
 """
 
 import json
@@ -30,100 +26,34 @@ import pathlib
 
 import jax.numpy as jnp
 import numpy as np
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
-from keynorm_jax.errors import ConfigError
+from keynorm_jax.huggingface.hf_config import read_config, refuse
 from keynorm_jax.models.config import ModelConfig
 
-FAMILIES = ("llama", "mistral", "qwen2")  # model_type values that load (Mistral and Qwen2 without a
-                                         # sliding window)
-QKV_BIAS_FAMILIES = ("qwen2",)           # whose q, k and v projections have biases
-# Hugging Face rope_type -> model.rope_scaling.type (keynorm_jax/rope.py has the formulas).
-ROPE_TYPES = {"default": "none", "linear": "linear", "dynamic": "dynamic_ntk", "yarn": "yarn",
-              "llama3": "llama3"}
 _INDEX = "model.safetensors.index.json"
+FLOAT_DTYPES = ("F32", "F16", "BF16")           # safetensors' names of the dtypes that load
+_IGNORED_SUFFIX = "rotary_emb.inv_freq"         # a buffer older checkpoints saved; recomputed
 
 
-def _refuse(folder, reason: str):
-  raise ConfigError(f"{folder} cannot be loaded as this project's Transformer: {reason}.")
-
-
-def _read_config(folder: pathlib.Path) -> dict:
-  path = folder / "config.json"
-  if not path.is_file():
-    _refuse(folder, "it has no config.json (pass the folder of a Hugging Face model)")
-  try:
-    return json.loads(path.read_text())
-  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-    _refuse(folder, f"its config.json cannot be read ({e})")
-
-
-def _check(folder, hf: dict) -> None:
-  """Refuses what the Transformer cannot represent, naming it."""
-  kind = hf.get("model_type")
-  if kind not in FAMILIES:
-    _refuse(folder, f"model_type {kind!r} is not one of the families that load "
-                    f"({', '.join(FAMILIES)})")
-  if hf.get("sliding_window") is not None and hf.get("use_sliding_window", True):
-    _refuse(folder, f"it attends in a sliding window of {hf['sliding_window']} tokens during "
-                    "training (a Mistral with sliding_window set)")
-  if hf.get("num_local_experts") or hf.get("num_experts"):
-    _refuse(folder, "it is a mixture of experts")
-  for bias in ("attention_bias", "mlp_bias"):
-    if hf.get(bias):
-      _refuse(folder, f"{bias} is set (the Transformer's only biases are Qwen2's on q, k and v)")
-  if hf.get("hidden_act", "silu") != "silu":
-    _refuse(folder, f"its activation is {hf['hidden_act']!r}, not SwiGLU's silu")
-
-
-def rope_scaling(folder, hf: dict) -> dict:
-  """model.rope_scaling of a config.json's rope_scaling ({} for none); refuses a kind or a knob
-  that rope.py does not compute."""
-  scaling = hf.get("rope_scaling")
-  if not scaling:
-    return {}
-  kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
-  if kind not in ROPE_TYPES:
-    _refuse(folder, f"its RoPE scaling {kind!r} is not one of {', '.join(ROPE_TYPES)}")
-  if kind == "default":
-    return {}
-  needed = ("factor",) + (("low_freq_factor", "high_freq_factor",
-                           "original_max_position_embeddings") if kind == "llama3" else ())
-  missing = [k for k in needed if scaling.get(k) is None]
-  if missing:
-    _refuse(folder, f"its {kind} rope_scaling has no {', '.join(missing)}")
-  extra = sorted(k for k in ("attention_factor", "mscale", "mscale_all_dim", "short_factor",
-                             "long_factor") if scaling.get(k) is not None)
-  if extra or scaling.get("truncate", True) is not True:
-    _refuse(folder, f"its {kind} RoPE scaling sets {', '.join(extra) or 'truncate'}, which is not "
-                    "carried over")
-  out = {"type": ROPE_TYPES[kind], "factor": float(scaling["factor"])}
-  if kind == "yarn":
-    out.update(beta_fast=float(scaling.get("beta_fast") or 32.0),
-               beta_slow=float(scaling.get("beta_slow") or 1.0),
-               original_length=int(scaling.get("original_max_position_embeddings") or 0))
-  if kind == "llama3":
-    out.update(low_freq_factor=float(scaling["low_freq_factor"]),
-               high_freq_factor=float(scaling["high_freq_factor"]),
-               original_length=int(scaling["original_max_position_embeddings"]))
+def expected_shapes(cfg: ModelConfig) -> dict:
+  """{tensor name: shape} that a folder of this config holds, in the Hugging Face layout."""
+  d, f, v = cfg.d_model, cfg.resolved_mlp_size, cfg.vocab_size
+  q, kv = cfg.heads * cfg.head_size, cfg.kv_heads * cfg.head_size
+  out = {"model.embed_tokens.weight": (v, d), "model.norm.weight": (d,)}
+  if not cfg.tie_embeddings:
+    out["lm_head.weight"] = (v, d)
+  for i in range(cfg.num_layers):
+    p = f"model.layers.{i}."
+    out |= {p + "input_layernorm.weight": (d,), p + "post_attention_layernorm.weight": (d,),
+            p + "self_attn.q_proj.weight": (q, d), p + "self_attn.k_proj.weight": (kv, d),
+            p + "self_attn.v_proj.weight": (kv, d), p + "self_attn.o_proj.weight": (d, q),
+            p + "mlp.gate_proj.weight": (f, d), p + "mlp.up_proj.weight": (f, d),
+            p + "mlp.down_proj.weight": (d, f)}
+    if cfg.qkv_bias:
+      out |= {p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
+              p + "self_attn.v_proj.bias": (kv,)}
   return out
-
-
-def model_config(folder, hf: dict, dtype: str = "float32") -> ModelConfig:
-  """The ModelConfig of a Llama-family config.json (already checked), with parameters and
-  computation in `dtype`."""
-  heads = hf["num_attention_heads"]
-  return ModelConfig(
-      architecture="transformer", vocab_size=hf["vocab_size"], num_layers=hf["num_hidden_layers"],
-      d_model=hf["hidden_size"], num_heads=heads,
-      head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
-      num_kv_heads=hf.get("num_key_value_heads") or heads, mlp="swiglu",
-      mlp_size=hf["intermediate_size"], norm="rmsnorm", norm_eps=float(hf["rms_norm_eps"]),
-      tie_embeddings=bool(hf.get("tie_word_embeddings", False)), attention="baseline",
-      position="rope", rope_theta=float(hf.get("rope_theta", 10000.0)),
-      rope_scaling=rope_scaling(folder, hf), qkv_bias=hf["model_type"] in QKV_BIAS_FAMILIES,
-      train_length=int(hf.get("max_position_embeddings", 2048)), param_dtype=dtype,
-      compute_dtype=dtype)
 
 
 def _weight_files(folder: pathlib.Path) -> list:
@@ -131,46 +61,81 @@ def _weight_files(folder: pathlib.Path) -> list:
   if index.is_file():
     try:
       names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    except (OSError, KeyError, json.JSONDecodeError) as e:
-      _refuse(folder, f"its {_INDEX} cannot be read ({e})")
+    except (OSError, KeyError, TypeError, AttributeError, UnicodeDecodeError,
+            json.JSONDecodeError) as e:
+      refuse(folder, f"its {_INDEX} cannot be read ({type(e).__name__}: {e})")
     missing = [name for name in names if not (folder / name).is_file()]
     if missing:
-      _refuse(folder, f"the shard(s) {', '.join(missing)} listed in {_INDEX} are missing")
+      refuse(folder, f"the shard(s) {', '.join(missing)} listed in {_INDEX} are missing")
     return [folder / name for name in names]
   single = folder / "model.safetensors"
   if not single.is_file():
-    _refuse(folder, "it has neither model.safetensors nor model.safetensors.index.json")
+    refuse(folder, "it has neither model.safetensors nor model.safetensors.index.json")
   return [single]
 
 
-def _read_weights(folder: pathlib.Path, dtype: str) -> dict:
-  """{name: numpy array in `dtype`} of every tensor in the folder's safetensors files."""
-  tensors = {}
+def _headers(folder: pathlib.Path) -> dict:
+  """{tensor name: (file, shape, safetensors dtype)} from every weight file's header (no data)."""
+  found = {}
   for path in _weight_files(folder):
-    with safe_open(path, framework="flax") as f:
-      for name in f.keys():
-        tensors[name] = np.asarray(f.get_tensor(name)).astype(jnp.dtype(dtype))
+    try:
+      with safe_open(path, framework="numpy") as f:
+        for name in f.keys():
+          part = f.get_slice(name)
+          found[name] = (path, tuple(part.get_shape()), part.get_dtype())
+    except (SafetensorError, OSError) as e:
+      refuse(folder, f"its weight file {path.name} cannot be read ({e}); it is truncated or "
+                     "not a safetensors file")
+  return found
+
+
+def check_weights(folder, cfg: ModelConfig, found: dict) -> None:
+  """Refuses weights that do not fit config.json: a missing or unexpected tensor, a shape other
+  than the config's, or a dtype that is not a float; each named with what was found and expected."""
+  expected = expected_shapes(cfg)
+  missing = [name for name in expected if name not in found]
+  if missing:
+    refuse(folder, f"its weights have no {missing[0]}"
+                   + (f" (and {len(missing) - 1} more tensors)" if len(missing) > 1 else ""))
+  unused = sorted(name for name in found
+                  if name not in expected and not name.endswith(_IGNORED_SUFFIX))
+  if unused:
+    refuse(folder, f"its weights hold {len(unused)} tensor(s) the Transformer has no place for "
+                   f"(e.g. {unused[0]})")
+  for name, shape in expected.items():
+    path, got, dtype = found[name]
+    if got != shape:
+      refuse(folder, f"{path.name}'s {name} has shape {list(got)}, and config.json implies "
+                     f"{list(shape)}")
+    if dtype not in FLOAT_DTYPES:
+      refuse(folder, f"{path.name}'s {name} is stored as {dtype}, not a float type "
+                     f"({', '.join(FLOAT_DTYPES)}); quantized weights do not load")
+
+
+def _read_weights(folder: pathlib.Path, cfg: ModelConfig, dtype: str) -> dict:
+  """{name: numpy array in `dtype`} of the expected tensors, checked first (check_weights)."""
+  found = _headers(folder)
+  check_weights(folder, cfg, found)
+  tensors = {}
+  for path in sorted({path for path, _, _ in found.values()}):
+    try:
+      with safe_open(path, framework="flax") as f:
+        for name in f.keys():
+          if not name.endswith(_IGNORED_SUFFIX):
+            tensors[name] = np.asarray(f.get_tensor(name)).astype(jnp.dtype(dtype))
+    except (SafetensorError, OSError) as e:
+      refuse(folder, f"its weight file {path.name} cannot be read ({e})")
   return tensors
-
-
-def stored_dtype(folder) -> str:
-  """The dtype config.json says the weights are stored in (torch_dtype, or dtype in newer files)."""
-  hf = _read_config(pathlib.Path(folder))
-  return str(hf.get("torch_dtype") or hf.get("dtype") or "float32")
 
 
 def load_llama(folder, dtype: str = "float32") -> tuple[ModelConfig, dict]:
   """(ModelConfig, parameters of TransformerLM) of a local Llama-family folder, parameters and
   computation in `dtype` (float32 or bfloat16); ConfigError names what cannot be loaded."""
   folder = pathlib.Path(folder)
-  hf = _read_config(folder)
-  _check(folder, hf)
-  cfg = model_config(folder, hf, dtype)
-  weights = _read_weights(folder, dtype)
+  cfg, _ = read_config(folder, dtype)
+  weights = _read_weights(folder, cfg, dtype)
 
   def take(name, transpose=False):
-    if name not in weights:
-      _refuse(folder, f"its weights have no {name}")
     array = weights.pop(name)
     return np.ascontiguousarray(array.T) if transpose else array
 
@@ -190,8 +155,4 @@ def load_llama(folder, dtype: str = "float32") -> tuple[ModelConfig, dict]:
         "value": projection("self_attn.v_proj"), "out": linear("self_attn.o_proj"),
         "mlp": {"gate": linear("mlp.gate_proj"), "up": linear("mlp.up_proj"),
                 "down": linear("mlp.down_proj")}}
-  unused = sorted(name for name in weights if not name.endswith("rotary_emb.inv_freq"))
-  if unused:
-    _refuse(folder, f"its weights hold {len(unused)} tensor(s) the Transformer has no place for "
-                    f"(e.g. {unused[0]})")
   return cfg, params

@@ -1,12 +1,13 @@
 """A Hugging Face folder as a run the evaluator takes like one of ours (evaluation/command.py).
 
 The run's config is this project's base config with the model section and training length of the
-folder's config.json (llama.py) and, for the data, the folder's tokenizer.json (read offline by the
-`tokenizers` library) with its eos_token_id as the document separator: the held-out text is the
-same text as for our runs, in the model's own tokens.
+folder's config.json (hf_config.py) and, for the data, the folder's tokenizer.json (read offline
+by the `tokenizers` library) with its eos_token_id as the document separator: the held-out text is
+the same text as for our runs, in the model's own tokens. Everything is checked before any work:
+config.json, every weight's header (llama.py), and a tokenizer that reads and whose ids all fit
+the model's vocabulary (an id past vocab_size would index past the embedding: a NaN loss).
 """
 
-import json
 import pathlib
 
 import jax
@@ -14,7 +15,8 @@ import jax
 from keynorm_jax import run_config
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.run_loading import TrainedRun
-from keynorm_jax.huggingface.llama import load_llama, stored_dtype
+from keynorm_jax.huggingface.hf_config import eos_token_id, read_json, refuse, stored_dtype
+from keynorm_jax.huggingface.llama import load_llama
 
 _MODEL_FIELDS = ("architecture", "num_layers", "d_model", "num_heads", "head_dim", "num_kv_heads",
                  "mlp", "mlp_size", "norm", "norm_eps", "qkv_bias", "tie_embeddings", "attention",
@@ -34,14 +36,23 @@ def resolve_dtype(folder, dtype: str) -> str:
   return "bfloat16" if on_accelerator and stored_dtype(folder) == "bfloat16" else "float32"
 
 
-def _separator(folder: pathlib.Path) -> int:
-  """The eos_token_id of config.json (the first, where it lists several)."""
-  eos = json.loads((folder / "config.json").read_text()).get("eos_token_id")
-  if isinstance(eos, list):
-    eos = eos[0] if eos else None
-  if not isinstance(eos, int):
-    raise ConfigError(f"{folder}/config.json has no eos_token_id to end each document with.")
-  return eos
+def check_tokenizer(folder: pathlib.Path, vocab_size: int) -> None:
+  """Refuses a tokenizer.json that is missing or unreadable, or whose ids reach past the model's
+  vocab_size (transformers' embedding raises on such an id)."""
+  path = folder / "tokenizer.json"
+  if not path.is_file():
+    refuse(folder, "it has no tokenizer.json (the evaluator reads the model's tokenizer from it, "
+                   "offline)")
+  from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
+  try:
+    tokenizer = Tokenizer.from_file(str(path))
+  except Exception as e:  # pylint: disable=broad-except
+    # The tokenizers library's parser of a file from outside raises a bare Exception.
+    refuse(folder, f"its tokenizer.json cannot be read ({str(e).strip() or type(e).__name__})")
+  largest = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1)
+  if largest >= vocab_size:
+    refuse(folder, f"its tokenizer.json has token id {largest}, past config.json's vocab_size "
+                   f"{vocab_size} (the tokenizer belongs to another model)")
 
 
 def hf_run(folder, *, data_dir: str = "", dtype: str = "auto") -> TrainedRun:
@@ -50,9 +61,8 @@ def hf_run(folder, *, data_dir: str = "", dtype: str = "auto") -> TrainedRun:
   ("" = the TFDS default)."""
   folder = pathlib.Path(folder)
   cfg, params = load_llama(folder, resolve_dtype(folder, dtype))
-  if not (folder / "tokenizer.json").is_file():
-    raise ConfigError(f"{folder} has no tokenizer.json (the evaluator reads the model's tokenizer "
-                      "from it, offline).")
+  check_tokenizer(folder, cfg.vocab_size)
+  separator = eos_token_id(folder, read_json(folder), cfg.vocab_size)
   config = run_config.base_config(name=f"hf:{folder.name}", position="rope",
                                   architecture="transformer")
   for field in _MODEL_FIELDS:
@@ -61,6 +71,6 @@ def hf_run(folder, *, data_dir: str = "", dtype: str = "auto") -> TrainedRun:
   config.train_length = cfg.train_length
   config.data.data_dir = data_dir
   config.data.tokenizer = str(folder / "tokenizer.json")
-  config.data.separator_id = _separator(folder)
+  config.data.separator_id = separator
   return TrainedRun(name=folder.name, workdir=folder, config=run_config.resolve(config), step=0,
                     params=params)
