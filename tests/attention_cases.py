@@ -1,13 +1,18 @@
-"""The shared case table of attention settings: every option of attention.attend, at T = 37 (blocks
-of 8 really split queries and keys, the last block ragged), for the kernel conformance test
-(test_kernels.py) and the blocked kernel's own tests."""
+"""The shared case table of attention settings: every field of attention.Spec and Learned, at
+T = 37 (blocks of 8 really split queries and keys, the last block ragged), for the kernel
+conformance test (test_kernels.py) and the blocked kernel's own tests; and `attend_options`, which
+calls attention.attend with a case's flat options split into its Spec, its Learned and attend's own
+arguments (an option that is none of them is a TypeError, never dropped)."""
 
+import dataclasses
 import math
 
 import jax
 import numpy as np
 
-from keynorm_jax import positions
+from keynorm_jax import attention, positions
+from keynorm_jax.models.attention_block import attention_spec
+from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias
 
 B, T, H, S, E = 2, 37, 4, 8, 6
@@ -51,17 +56,17 @@ CASES = {
     "rerope": dict(variant="baseline", inv_freq=INV, rerope_window=6),
     "rerope_wider_than_blocks": dict(variant="kna", inv_freq=INV, rerope_window=19, logn_base=6),
     "rerope_alibi": dict(variant="kna", inv_freq=INV, rerope_window=6,
-                         alibi_slope=np.array(positions.alibi_slopes(H), np.float32)),
+                         alibi_slopes=np.array(positions.alibi_slopes(H), np.float32)),
     "leaky_rerope": dict(variant="cosa", inv_freq=INV, rerope_window=4, leaky_rerope_factor=3.0,
                          cosa_scale=3.0),
     "window_smaller_than_block": dict(variant="baseline", window=3),
     "window_rope": dict(variant="kna", inv_freq=INV, window=11),
-    "window_alibi": dict(variant="baseline", window=9, alibi_slope=0.3),
+    "window_alibi": dict(variant="baseline", window=9, alibi_slopes=0.3),
     "sinks": dict(variant="baseline", inv_freq=INV, window=7, sink_tokens=2),
     "sinks_over_a_block": dict(variant="baseline", inv_freq=INV, window=4, sink_tokens=10),
-    "sinks_alibi": dict(variant="kna", window=6, sink_tokens=3, alibi_slope=0.2),
+    "sinks_alibi": dict(variant="kna", window=6, sink_tokens=3, alibi_slopes=0.2),
     "alibi_per_head": dict(variant="baseline",
-                           alibi_slope=np.array(positions.alibi_slopes(H), np.float32)),
+                           alibi_slopes=np.array(positions.alibi_slopes(H), np.float32)),
     "ssmax": dict(variant="qna", ssmax_scale=np.array([0.4, 0.9, 1.7, 1.1], np.float32)),
     "kerple": dict(variant="kna", score_bias=learned_bias(KerpleLogBias(H))),
     "fire": dict(variant="baseline", score_bias=learned_bias(FireBias(H, 16))),
@@ -83,3 +88,48 @@ CASES = {
     "random_positions_rerope": dict(variant="kna", inv_freq=INV, rerope_window=30,
                                     positions=sorted_random_positions(2)),
 }
+
+
+SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(attention.Spec))
+ATTEND_ARGUMENTS = ("positions", "kernel", "need_entropy", "query_block", "key_block")
+
+
+def split_options(options: dict):
+  """(attention.Spec, attention.Learned, attend's other keyword arguments) of flat options."""
+  unknown = set(options) - set(SPEC_FIELDS) - set(attention.Learned._fields) - set(ATTEND_ARGUMENTS)
+  if unknown:
+    raise TypeError(f"Not an attention option: {', '.join(sorted(unknown))}.")
+  spec = attention.Spec(**{k: v for k, v in options.items() if k in SPEC_FIELDS})
+  learned = attention.Learned(**{k: v for k, v in options.items()
+                                 if k in attention.Learned._fields})
+  return spec, learned, {k: v for k, v in options.items() if k in ATTEND_ARGUMENTS}
+
+
+def attend_options(q, k, v, **options):
+  """attention.attend with flat options (split_options)."""
+  spec, learned, rest = split_options(options)
+  return attention.attend(q, k, v, spec, learned, **rest)
+
+
+def causal_options(q, k, v, **options):
+  """attention.causal_attention with flat options (split_options)."""
+  return attend_options(q, k, v, need_entropy=False, **options)[0]
+
+
+def mods_of(**options):
+  """The kernels' Mods of flat options."""
+  spec, learned, rest = split_options(options)
+  return spec.mods(learned, explicit_positions=rest.get("positions") is not None)
+
+
+def layer_options(spec: positions.AttentionSpec, *, rotary_dim, train_length, seq_length,
+                  logn_base=None) -> dict:
+  """The flat options a model resolves for a layer with position spec `spec` (through the models'
+  own attention_spec), head size `rotary_dim`, a model trained at `train_length` with trained
+  log n at n0 = `logn_base` (None: none); the variant is the caller's."""
+  cfg = ModelConfig(architecture="gau", qk_size=rotary_dim, expansion=rotary_dim, position="nope",
+                    train_length=train_length, logn=logn_base is not None,
+                    logn_base=logn_base or 0.0)
+  resolved = attention_spec(cfg, spec, seq_length)
+  return {f: getattr(resolved, f) for f in SPEC_FIELDS
+          if getattr(resolved, f) is not None and f != "variant"}   # the caller's variant

@@ -1,10 +1,11 @@
 """Shared inputs and helpers of the position-method tests (test_positions.py,
 test_positions_2025.py): attention inputs, the NumPy reference per head, the comparison, and a
-layer's attend() arguments under an inference method."""
+layer's attend_options() arguments under an inference method."""
 
 import numpy as np
 
 from keynorm_jax import positions
+from attention_cases import layer_options
 import numpy_positions_reference as ref
 
 B, T, H, S, E = 2, 12, 3, 8, 5
@@ -35,6 +36,6 @@ def column_kwargs(name, *, at, train_length, rope=True, logn_base=None, **knobs)
   `name` at length `at` for a model trained at `train_length`, and the resolved column."""
   column = positions.EvalColumn(positions.inference_method(name, **knobs)).at(at, train_length)
   layer = positions.AttentionSpec(rotary=positions.RotarySpec(base=100.0) if rope else None)
-  kwargs = positions.attention_kwargs(column.apply(layer), rotary_dim=S,
+  kwargs = layer_options(column.apply(layer), rotary_dim=S,
                                       train_length=train_length, seq_length=T, logn_base=logn_base)
   return kwargs, column

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import positions, run_config
-from keynorm_jax.attention import attend, block_sizes
+from keynorm_jax.attention import block_sizes
 from keynorm_jax.attention.kernels import blocked
 from keynorm_jax.attention.prepare import Side
 from keynorm_jax.evaluation.command import with_kernel
@@ -21,7 +21,7 @@ from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run
 from keynorm_jax.evaluation.run_loading import TrainedRun
 from keynorm_jax.models.position_bias import FireBias
-from attention_cases import B, CASES, E, H, INV, T, inputs as _inputs
+from attention_cases import B, CASES, E, H, INV, T, attend_options, inputs as _inputs
 from train_helpers import tiny_config
 
 
@@ -33,15 +33,15 @@ def _check(blocked_result, full_result, atol=1e-5):
 @pytest.mark.parametrize("case", ["kna_rope", "rerope", "sinks", "alibi_per_head"])
 def test_grouped_query_heads(case):
   q, k, v = _inputs(3, heads=H, kv_heads=2)
-  full = attend(q, k, v, kernel="reference", **CASES[case])
-  _check(attend(q, k, v, query_block=8, key_block=8, **CASES[case]), full)
+  full = attend_options(q, k, v, kernel="reference", **CASES[case])
+  _check(attend_options(q, k, v, query_block=8, key_block=8, **CASES[case]), full)
 
 
 def test_single_head_layout_and_jit():
   q, k, v = (x[:, :, 0] for x in _inputs(4))
   kwargs = dict(variant="kna", inv_freq=INV, logn_base=6, window=12)
-  full = attend(q, k, v, kernel="reference", **kwargs)
-  blocked_fn = jax.jit(lambda q, k, v: attend(q, k, v, query_block=8, key_block=8, **kwargs))
+  full = attend_options(q, k, v, kernel="reference", **kwargs)
+  blocked_fn = jax.jit(lambda q, k, v: attend_options(q, k, v, query_block=8, key_block=8, **kwargs))
   got = blocked_fn(q, k, v)
   assert got[0].shape == (B, T, E) and got[1].shape == (B, T)
   _check(got, full)
@@ -52,15 +52,15 @@ def test_positions_out_of_order_with_a_window():
   q, k, v = _inputs(5)
   perm = np.random.default_rng(0).permutation(T)
   kwargs = dict(variant="baseline", inv_freq=INV, window=9, sink_tokens=2, positions=perm)
-  _check(attend(q, k, v, query_block=8, key_block=8, **kwargs),
-         attend(q, k, v, kernel="reference", **kwargs))
+  _check(attend_options(q, k, v, query_block=8, key_block=8, **kwargs),
+         attend_options(q, k, v, kernel="reference", **kwargs))
 
 
 def test_entropy_of_uniform_attention_in_blocks():
   _, k, v = _inputs(6)
-  _, entropy = attend(np.zeros_like(k), k, v, variant="baseline", query_block=8, key_block=5)
+  _, entropy = attend_options(np.zeros_like(k), k, v, variant="baseline", query_block=8, key_block=5)
   np.testing.assert_allclose(np.asarray(entropy)[0, :, 0], np.log(np.arange(1, T + 1)), atol=1e-5)
-  _, entropy = attend(np.zeros_like(k), k, v, variant="baseline", window=6, query_block=8,
+  _, entropy = attend_options(np.zeros_like(k), k, v, variant="baseline", window=6, query_block=8,
                       key_block=5)
   np.testing.assert_allclose(np.asarray(entropy)[0, :, 0],
                              np.log(np.minimum(np.arange(1, T + 1), 6)), atol=1e-5)
@@ -105,7 +105,7 @@ def test_gradients_of_learned_bias_and_ssmax():
   q, k, v = _inputs(8)
 
   def loss(params, ssmax, q, k, v, **blocks):
-    return _loss(*attend(q, k, v, variant="baseline", inv_freq=INV, window=9, sink_tokens=2,
+    return _loss(*attend_options(q, k, v, variant="baseline", inv_freq=INV, window=9, sink_tokens=2,
                          score_bias=module.apply(params), ssmax_scale=ssmax, **blocks))
 
   args = (params, jnp.array([0.4, 0.9, 1.7, 1.1]), q, k, v)

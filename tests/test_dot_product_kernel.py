@@ -14,14 +14,13 @@ import numpy as np
 import pytest
 
 from keynorm_jax import positions
-from keynorm_jax.attention import attend, kernels
+from keynorm_jax.attention import kernels
 from keynorm_jax.attention.kernels import dot_product
 from keynorm_jax.attention.kernels.base import Shape
-from keynorm_jax.attention.prepare import mods_of
 from keynorm_jax.models import ModelConfig
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias
 from keynorm_jax.models.transformer import TransformerLM
-from attention_cases import learned_bias
+from attention_cases import attend_options, layer_options, learned_bias, mods_of
 
 B, T, H, S = 2, 24, 4, 8
 TRAIN = 8   # training length of the position settings: T is 3x it
@@ -43,7 +42,7 @@ def _refusal(q, k, v, kwargs, name="xla"):
 def fused_attention(q, k, v, **kwargs):
   """The xla kernel's output, after checking that it runs the call (not a fallback)."""
   assert _refusal(q, k, v, kwargs) is None, _refusal(q, k, v, kwargs)
-  return attend(q, k, v, kernel="xla", need_entropy=False, **kwargs)[0]
+  return attend_options(q, k, v, kernel="xla", need_entropy=False, **kwargs)[0]
 
 
 def _compare(q, k, v, kwargs, ssmax=None, blocks=(None,), gradients=True):
@@ -67,7 +66,7 @@ def _compare(q, k, v, kwargs, ssmax=None, blocks=(None,), gradients=True):
   got, got_grads = run(fused_attention)
   for block in blocks:
     kernel = "reference" if block is None else "blocked"
-    want, want_grads = run(lambda *a, **kw: attend(*a, **kw, kernel=kernel, query_block=block)[0])
+    want, want_grads = run(lambda *a, **kw: attend_options(*a, **kw, kernel=kernel, query_block=block)[0])
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5, rtol=2e-5)
     for g, w in zip(got_grads, want_grads):
       np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=5e-5, rtol=5e-5)
@@ -127,7 +126,7 @@ def test_every_fusable_position_setting(method, column):
   for layer in ((0, 2) if method in ("hwfa", "rnope_swa") else (0,)):
     spec = column.apply(training.layer_spec(layer=layer, num_layers=3, num_heads=H,
                                             rope_theta=100.0, train_length=TRAIN))
-    kwargs = positions.attention_kwargs(spec, rotary_dim=S, train_length=TRAIN, seq_length=T,
+    kwargs = layer_options(spec, rotary_dim=S, train_length=TRAIN, seq_length=T,
                                         logn_base=None)
     kwargs["variant"] = "kna" if layer == 0 else "baseline"
     if spec.learned_bias:
@@ -167,7 +166,7 @@ def test_the_settings_that_matter_really_differ():
   q, k, v = _inputs(3)
   inv = np.array([100.0**(-2 * m / S) for m in range(S // 2)], np.float32)
   plain = np.asarray(fused_attention(q, k, v, variant="kna", inv_freq=inv))
-  for extra in (dict(window=5), dict(alibi_slope=np.float32(0.5)), dict(attention_factor=1.2),
+  for extra in (dict(window=5), dict(alibi_slopes=np.float32(0.5)), dict(attention_factor=1.2),
                 dict(logn_base=4.0), dict(posthoc_logn_length=4), dict(rerope_window=3),
                 dict(window=5, sink_tokens=2)):
     changed = np.asarray(fused_attention(q, k, v, variant="kna", inv_freq=inv, **extra))
@@ -177,7 +176,7 @@ def test_the_settings_that_matter_really_differ():
 def test_single_head_layout():
   q, k, v = (x[:, :, 0] for x in _inputs(4))
   got = fused_attention(q, k, v, variant="baseline")
-  want, _ = attend(q, k, v, variant="baseline")
+  want, _ = attend_options(q, k, v, variant="baseline")
   assert got.shape == (B, T, S)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5, rtol=2e-5)
 
@@ -216,7 +215,7 @@ def test_cudnn_refusal_falls_back_to_xla_with_a_log_line(monkeypatch, caplog):
     return real(*args, implementation=implementation, **kwargs)
 
   monkeypatch.setattr(jax.nn, "dot_product_attention", refusing)
-  run = lambda name: attend(q, k, v, variant="kna", window=5, kernel=name, need_entropy=False)[0]
+  run = lambda name: attend_options(q, k, v, variant="kna", window=5, kernel=name, need_entropy=False)[0]
   with caplog.at_level(logging.WARNING):
     got = run("cudnn")
   assert calls == ["cudnn", "xla"]
@@ -229,7 +228,7 @@ def test_cudnn_refusal_falls_back_to_xla_with_a_log_line(monkeypatch, caplog):
     long = run("cudnn")
   assert calls == ["cudnn"] and "using the blocked kernel instead" in caplog.text
   np.testing.assert_allclose(np.asarray(long, np.float32), np.asarray(
-      attend(q, k, v, variant="kna", window=5, kernel="reference")[0], np.float32), atol=2e-2)
+      attend_options(q, k, v, variant="kna", window=5, kernel="reference")[0], np.float32), atol=2e-2)
 
 
 def test_a_model_with_the_xla_kernel_and_its_diagnostics(monkeypatch):

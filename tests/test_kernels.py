@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 
 from keynorm_jax import attention
-from keynorm_jax.attention import attend, kernels
+from keynorm_jax.attention import kernels
 from keynorm_jax.attention.kernels import dot_product
 from keynorm_jax.attention.kernels.base import Shape
-from keynorm_jax.attention.prepare import mods_of
-from attention_cases import CASES, E, H, S, T, inputs
+from attention_cases import CASES, E, H, S, T, attend_options, inputs, mods_of
 
 # Kernel -> the cases it refuses (a reason each), and the block sizes it runs with (blocked).
 REFUSED = {
@@ -57,7 +56,7 @@ def _reason(name, q, k, v, options, need_entropy=False):
 
 def _run(name, q, k, v, options, case_index=0):
   blocks = dict(zip(("query_block", "key_block"), BLOCKS[case_index % len(BLOCKS)]))
-  return attend(q, k, v, kernel=name, need_entropy=False, **options,
+  return attend_options(q, k, v, kernel=name, need_entropy=False, **options,
                 **(blocks if name == "blocked" else {}))
 
 
@@ -75,7 +74,7 @@ def test_kernel_matches_reference_or_refuses(name, case):
     return
   assert reason is None, reason
   out, entropy = _run(name, q, k, v, options, ALL_CASES.index(case))
-  want_out, want_entropy = attend(q, k, v, kernel="reference", **options)
+  want_out, want_entropy = attend_options(q, k, v, kernel="reference", **options)
   np.testing.assert_allclose(np.asarray(out), np.asarray(want_out), atol=2e-5, rtol=2e-5)
   if kernels.KERNELS[name].gives_entropy:
     np.testing.assert_allclose(np.asarray(entropy), np.asarray(want_entropy), atol=2e-5)
@@ -98,7 +97,7 @@ def test_kernel_gradients_match_reference(name, case):
 
   def loss(kernel, q, k, v, arrays):
     blocks = dict(zip(("query_block", "key_block"), BLOCKS[index % len(BLOCKS)]))
-    out, entropy = attend(q, k, v, kernel=kernel, need_entropy=gives_entropy, **fixed, **arrays,
+    out, entropy = attend_options(q, k, v, kernel=kernel, need_entropy=gives_entropy, **fixed, **arrays,
                           **(blocks if kernel == "blocked" else {}))
     total = jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape)))
     if gives_entropy:
@@ -114,7 +113,7 @@ def test_kernel_gradients_match_reference(name, case):
 @pytest.mark.parametrize("case", sorted(FORWARD_ONLY["xla"]))
 def test_a_forward_only_composition_refuses_to_be_differentiated(case):
   q, k, v, options = _case(case)
-  loss = lambda q: jnp.sum(attend(q, k, v, kernel="xla", need_entropy=False, **options)[0])
+  loss = lambda q: jnp.sum(attend_options(q, k, v, kernel="xla", need_entropy=False, **options)[0])
   with pytest.raises(dot_product.ForwardOnly, match="forward only"):
     jax.grad(loss)(q)
 
@@ -142,7 +141,7 @@ def test_a_named_kernel_that_refuses_gives_way_with_a_warning(caplog, monkeypatc
 def test_blocks_go_with_the_blocked_kernel_only():
   q, k, v, options = _case("kna_rope")
   with pytest.raises(ValueError, match="blocked kernel's blocks; kernel='xla'"):
-    attend(q, k, v, kernel="xla", query_block=8, **options)
+    attend_options(q, k, v, kernel="xla", query_block=8, **options)
 
 
 def test_a_kernel_that_gives_no_entropy_says_so():

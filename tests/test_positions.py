@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import positions
-from keynorm_jax.attention import attend
+from attention_cases import attend_options, layer_options
 from keynorm_jax.models.layers import LearnedPositions, sinusoidal_embedding
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias
 from keynorm_jax.rope import p_rope_mask, rope_inv_freq
@@ -30,7 +30,7 @@ def test_alibi_slopes_match_the_paper(heads):
 def test_alibi_attention(variant, block):
   q, k, v = inputs(1)
   slopes = np.array(positions.alibi_slopes(H), np.float32)
-  got, _ = attend(q, k, v, variant=variant, alibi_slope=slopes, query_block=block)
+  got, _ = attend_options(q, k, v, variant=variant, alibi_slopes=slopes, query_block=block)
   expected = per_head_reference(q, k, v, lambda h: dict(
       variant=variant, bias=ref.alibi_bias(T, slopes[h])))
   check(got, expected)
@@ -45,8 +45,8 @@ def test_window_and_streaming(opts, block):
   opts = dict(opts)
   rope, alibi = opts.pop("rope", False), opts.pop("alibi", None)
   q, k, v = inputs(2)
-  got, _ = attend(q, k, v, variant="baseline", inv_freq=INV.astype(np.float32) if rope else None,
-                  alibi_slope=alibi, query_block=block, **opts)
+  got, _ = attend_options(q, k, v, variant="baseline", inv_freq=INV.astype(np.float32) if rope else None,
+                  alibi_slopes=alibi, query_block=block, **opts)
   bias = (lambda t, i: -alibi * t) if alibi else None
   expected = per_head_reference(q, k, v, lambda h: dict(
       variant="baseline", inv_freq=INV if rope else None, bias=bias, **opts))
@@ -56,10 +56,10 @@ def test_window_and_streaming(opts, block):
 def test_window_at_least_length_is_full_and_streaming_without_sinks_is_window():
   q, k, v = inputs(3)
   inv = INV.astype(np.float32)
-  full, _ = attend(q, k, v, variant="kna", inv_freq=inv)
-  check(attend(q, k, v, variant="kna", inv_freq=inv, window=T)[0], np.asarray(full), atol=1e-6)
-  window, _ = attend(q, k, v, variant="kna", inv_freq=inv, window=4)
-  check(attend(q, k, v, variant="kna", inv_freq=inv, window=4, sink_tokens=0)[0],
+  full, _ = attend_options(q, k, v, variant="kna", inv_freq=inv)
+  check(attend_options(q, k, v, variant="kna", inv_freq=inv, window=T)[0], np.asarray(full), atol=1e-6)
+  window, _ = attend_options(q, k, v, variant="kna", inv_freq=inv, window=4)
+  check(attend_options(q, k, v, variant="kna", inv_freq=inv, window=4, sink_tokens=0)[0],
          np.asarray(window), atol=1e-6)
   assert np.abs(np.asarray(window) - np.asarray(full)).max() > 1e-3  # the window does bite
 
@@ -76,7 +76,7 @@ def test_kerple_log(block):
   r1, r2 = (np.asarray(params["params"][n]) for n in ("r1", "r2"))
   assert (r1 > 0).all() and (r2 > 0).all() and r1.std() > 0  # random per-head init, as the paper
   bias = module.apply(params)
-  got, _ = attend(q, k, v, variant="kna", score_bias=bias, query_block=block)
+  got, _ = attend_options(q, k, v, variant="kna", score_bias=bias, query_block=block)
   expected = per_head_reference(q, k, v, lambda h: dict(
       variant="kna", bias=ref.kerple_log_bias(T, max(r1[h], 1e-2), max(r2[h], 1e-2))))
   check(got, expected)
@@ -101,7 +101,7 @@ def _fire(train_length=8):
 def test_fire(block):
   q, k, v = inputs(5)
   module, params, f, c, threshold = _fire()
-  got, _ = attend(q, k, v, variant="baseline", score_bias=module.apply(params),
+  got, _ = attend_options(q, k, v, variant="baseline", score_bias=module.apply(params),
                   query_block=block)
   expected = per_head_reference(q, k, v, lambda h: dict(
       variant="baseline", bias=ref.fire_bias(T, c, threshold, lambda x: f(x, h), eps=1e-6)))
@@ -112,13 +112,13 @@ def test_biases_depend_only_on_relative_position():
   q, k, v = inputs(6)
   kerple = KerpleLogBias(H)
   module, params, _, _, threshold = _fire(train_length=64)  # shifts stay below L: psi(L) fixed
-  biases = {"alibi": dict(alibi_slope=np.array(positions.alibi_slopes(H), np.float32)),
+  biases = {"alibi": dict(alibi_slopes=np.array(positions.alibi_slopes(H), np.float32)),
             "kerple": dict(score_bias=kerple.apply(_init_bias(kerple))),
             "fire": dict(score_bias=module.apply(params))}
   assert T + 37 < threshold
   for name, kwargs in biases.items():
-    a, _ = attend(q, k, v, variant="baseline", **kwargs)
-    b, _ = attend(q, k, v, variant="baseline", positions=np.arange(T) + 37, **kwargs)
+    a, _ = attend_options(q, k, v, variant="baseline", **kwargs)
+    b, _ = attend_options(q, k, v, variant="baseline", positions=np.arange(T) + 37, **kwargs)
     check(np.asarray(b), np.asarray(a), atol=1e-5)
 
 
@@ -142,7 +142,7 @@ def test_learned_positions_refuse_a_sequence_past_the_table():
 def test_xpos(block, rerope):
   """xPos, and ReRoPE on an xPos model: the decay at the distance the rotation uses (clipped)."""
   q, k, v = inputs(7, heads=1)
-  got, _ = attend(q, k, v, variant="baseline", inv_freq=INV.astype(np.float32), xpos_gamma=0.4,
+  got, _ = attend_options(q, k, v, variant="baseline", inv_freq=INV.astype(np.float32), xpos_gamma=0.4,
                   xpos_scale_base=8.0, query_block=block,   # a small scale base: strong decay
                   rerope_window=rerope)
   relative = None if rerope is None else (lambda i, j: min(i - j, rerope))
@@ -160,8 +160,8 @@ def test_xpos_scores_depend_only_on_relative_position():
   q, k, v = inputs(8)
   kwargs = dict(variant="baseline", inv_freq=INV.astype(np.float32), xpos_gamma=0.4,
                 xpos_scale_base=512.0)
-  a, _ = attend(q, k, v, **kwargs)
-  b, _ = attend(q, k, v, positions=np.arange(T) + 3000, **kwargs)
+  a, _ = attend_options(q, k, v, **kwargs)
+  b, _ = attend_options(q, k, v, positions=np.arange(T) + 3000, **kwargs)
   check(np.asarray(b), np.asarray(a), atol=5e-4)  # float32 angles of ~3000 rad
 
 
@@ -175,7 +175,7 @@ def test_p_rope_frequencies(fraction):
 def test_p_rope_ends_are_rope_and_nope():
   q, k, v = inputs(9)
   spec = lambda p: positions.AttentionSpec(rotary=positions.RotarySpec(base=100.0, fraction=p))
-  run = lambda spec: attend(q, k, v, variant="kna", **positions.attention_kwargs(
+  run = lambda spec: attend_options(q, k, v, variant="kna", **layer_options(
       spec, rotary_dim=S, train_length=T, seq_length=T, logn_base=None))[0]
   check(run(spec(1.0)), np.asarray(run(positions.AttentionSpec(rotary=positions.RotarySpec(
       base=100.0)))), atol=1e-6)
@@ -211,7 +211,7 @@ def test_qk_layernorm_matches_reference():
 def test_ssmax(block):
   q, k, v = inputs(11)
   s = np.array([0.4, 0.9, 1.7], np.float32)
-  got, _ = attend(q, k, v, variant="qna", ssmax_scale=s, query_block=block)
+  got, _ = attend_options(q, k, v, variant="qna", ssmax_scale=s, query_block=block)
   expected = per_head_reference(q, k, v, lambda h: dict(variant="qna", ssmax_s=float(s[h])))
   check(got, expected)
 
@@ -272,11 +272,11 @@ def test_posthoc_logn_scales_scores_not_q():
   """Post-hoc log n multiplies the scores (as Qwen's use_logn_attn), not q before RoPE as
   bojone/rerope does. For QNA the two differ: normalizing q would cancel bojone's factor."""
   q, k, v = inputs(12, heads=1)
-  got, _ = attend(q, k, v, variant="qna", posthoc_logn_length=4)
+  got, _ = attend_options(q, k, v, variant="qna", posthoc_logn_length=4)
   kappa = [max(1.0, math.log(i + 1) / math.log(4)) for i in range(T)]
   expected = per_head_reference(q, k, v, lambda h: dict(variant="qna", kappa=kappa))
   check(got, expected)
-  bojone, _ = attend(q * np.asarray(kappa, np.float32)[None, :, None, None], k, v, variant="qna")
-  plain, _ = attend(q, k, v, variant="qna")
+  bojone, _ = attend_options(q * np.asarray(kappa, np.float32)[None, :, None, None], k, v, variant="qna")
+  plain, _ = attend_options(q, k, v, variant="qna")
   check(bojone, np.asarray(plain), atol=1e-6)                  # q's factor cancels for QNA
   assert np.abs(np.asarray(got) - np.asarray(plain)).max() > 1e-3

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import positions
-from keynorm_jax.attention import attend
+from attention_cases import attend_options, layer_options
 import numpy_positions_reference as ref
 from positions_helpers import (B, BLOCKS, E, H, INV, S, T, check, column_kwargs, inputs,
                               per_head_reference)
@@ -39,7 +39,7 @@ def test_rnope_swa_layers_and_bad_knobs():
 def test_self_extend(group, window, block):
   """Self-Extend against the NumPy reference's grouped relative positions (LongLM's code)."""
   q, k, v = inputs(6)
-  got, _ = attend(q, k, v, variant="kna", inv_freq=INV.astype(np.float32), rerope_window=window,
+  got, _ = attend_options(q, k, v, variant="kna", inv_freq=INV.astype(np.float32), rerope_window=window,
                   self_extend_group=group, query_block=block)
   expected = per_head_reference(q, k, v, lambda h: dict(
       variant="kna", inv_freq=INV, relative=ref.self_extend_relative(group, window)))
@@ -55,7 +55,7 @@ def test_self_extend_defaults_and_bad_knobs():
     positions.inference_method("self_extend", self_extend_group=0)
   q, k, v = inputs(0)
   with pytest.raises(ValueError, match="self_extend_group needs rerope_window"):
-    attend(q, k, v, variant="kna", inv_freq=INV.astype(np.float32), self_extend_group=2)
+    attend_options(q, k, v, variant="kna", inv_freq=INV.astype(np.float32), self_extend_group=2)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
@@ -66,10 +66,10 @@ def test_scale_invariant(opts, block):
   tau = opts.pop("tau")
   method = positions.training_method("scale_invariant", {"tau": tau})
   spec = method.layer_spec(layer=0, num_layers=1, num_heads=H, rope_theta=100.0, train_length=T)
-  kwargs = positions.attention_kwargs(spec, rotary_dim=S, train_length=T, seq_length=T,
+  kwargs = layer_options(spec, rotary_dim=S, train_length=T, seq_length=T,
                                       logn_base=None)
   q, k, v = inputs(7)
-  got, _ = attend(q, k, v, variant="baseline", query_block=block, **{**kwargs, **opts})
+  got, _ = attend_options(q, k, v, variant="baseline", query_block=block, **{**kwargs, **opts})
   expected = per_head_reference(q, k, v, lambda h: dict(
       variant="baseline", inv_freq=ref.p_rope_inv_freq(S, 100.0, 0.5),
       logit_transform=ref.scale_invariant_logit(tau), **opts))
@@ -88,7 +88,7 @@ def test_temperature_rules(name, knobs, beta):
   beta), on top of a trained log n's factor."""
   kwargs, _ = column_kwargs(name, at=4 * T, train_length=T, logn_base=6.0, **knobs)
   q, k, v = inputs(8)
-  got, _ = attend(q, k, v, variant="kna", **kwargs)
+  got, _ = attend_options(q, k, v, variant="kna", **kwargs)
   kappa = [beta * math.log(i + 1) / math.log(6.0) for i in range(T)]
   check(got, per_head_reference(q, k, v, lambda h: dict(variant="kna", inv_freq=INV,
                                                            kappa=kappa)))
@@ -103,7 +103,7 @@ def test_stick_breaking(opts, block):
   rope = opts.get("rope", False)
   q, k, v = inputs(9)
   inv = INV.astype(np.float32) if rope else None
-  got, _ = attend(q, k, v, variant="stickbreaking", inv_freq=inv, window=opts.get("window"),
+  got, _ = attend_options(q, k, v, variant="stickbreaking", inv_freq=inv, window=opts.get("window"),
                   query_block=block)
   expected = np.zeros(q.shape[:3] + (E,))
   for b in range(B):
@@ -135,7 +135,7 @@ def test_string(shift, window, block):
   kwargs, _ = column_kwargs("string", at=T, train_length=T, string_shift=shift,
                              string_window=window)
   q, k, v = inputs(10)
-  got, _ = attend(q, k, v, variant="kna", query_block=block, **kwargs)
+  got, _ = attend_options(q, k, v, variant="kna", query_block=block, **kwargs)
   check(got, per_head_reference(q, k, v, lambda h: dict(
       variant="kna", inv_freq=INV, relative=ref.string_relative(shift, window))))
   default = positions.inference_method("string").at(8192, 512)
@@ -156,7 +156,7 @@ def test_query_temperature_rules(name, knobs, factor):
   times the rule's factor (NumPy: kappa_i)."""
   kwargs, column = column_kwargs(name, at=T, train_length=T // 2, rope=False, **knobs)
   q, k, v = inputs(11)
-  got, _ = attend(q, k, v, variant="baseline", **kwargs)
+  got, _ = attend_options(q, k, v, variant="baseline", **kwargs)
   kappa = [factor(i) for i in range(T)]
   check(got, per_head_reference(q, k, v, lambda h: dict(variant="baseline", kappa=kappa)))
   rope = positions.training_method("rope")
@@ -172,7 +172,7 @@ def test_cope(variant, npos, window, block):
   """CoPE against explicit sums (with the cap at npos - 1 reached in the second case)."""
   q, k, v = inputs(12)
   e = np.random.default_rng(13).normal(size=(S, npos)).astype(np.float32)
-  got, _ = attend(q, k, v, variant=variant, cope_embeddings=e, window=window, query_block=block)
+  got, _ = attend_options(q, k, v, variant=variant, cope_embeddings=e, window=window, query_block=block)
   expected = np.zeros(q.shape[:3] + (E,))
   for b in range(B):
     for h in range(H):
@@ -190,7 +190,7 @@ def test_dca(chunk, train, block):
   their own, the next and later chunks at T = 12)."""
   kwargs, _ = column_kwargs("dca", at=T, train_length=train, dca_chunk=chunk)
   q, k, v = inputs(14)
-  got, _ = attend(q, k, v, variant="kna", query_block=block, **kwargs)
+  got, _ = attend_options(q, k, v, variant="kna", query_block=block, **kwargs)
   check(got, per_head_reference(q, k, v, lambda h: dict(
       variant="kna", inv_freq=INV, relative=ref.dca_relative(chunk, train))))
   assert positions.inference_method("dca").at(8192, 512).dca_chunk == 384

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import run_config
-from keynorm_jax.attention import attend
+from attention_cases import attend_options, split_options
 from keynorm_jax.attention.reach import attend_with_reach
 from keynorm_jax.evaluation.diagnostics import reach_summary, run_diagnostics
 import numpy_positions_reference as ref
@@ -33,8 +33,9 @@ def test_reach_is_the_attention_mass_per_key_block_and_the_mean_key_index(blocks
   kwargs = dict(variant="baseline", inv_freq=jnp.asarray(INV, jnp.float32), window=window)
   if blocks:
     kwargs.update(query_block=blocks[0], key_block=blocks[1])
-  out, entropy, reach = attend_with_reach(q, k, v, bucket=BUCKET, **kwargs)
-  plain_out, plain_entropy = attend(q, k, v, **kwargs)
+  spec, learned, rest = split_options(kwargs)
+  out, entropy, reach = attend_with_reach(q, k, v, spec, learned, bucket=BUCKET, **rest)
+  plain_out, plain_entropy = attend_options(q, k, v, **kwargs)
   np.testing.assert_allclose(out, plain_out, atol=1e-6)       # the model's output is unchanged
   np.testing.assert_allclose(entropy, plain_entropy, atol=1e-6)
   assert reach.shape == (B, T, H, T // BUCKET + 1)

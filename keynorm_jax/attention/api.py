@@ -5,7 +5,8 @@ import jax.numpy as jnp
 from keynorm_jax.attention import kernels
 from keynorm_jax.attention.kernels.base import FULL_SQUARE_MAX_LENGTH, Shape
 from keynorm_jax.attention.kernels.blocked import DEFAULT_BLOCK
-from keynorm_jax.attention.prepare import mods_of, prepare
+from keynorm_jax.attention.prepare import prepare
+from keynorm_jax.attention.spec import Learned, Spec
 
 
 def query_block_size(length: int) -> int:
@@ -31,22 +32,20 @@ def block_sizes(length: int, query_block=None, key_block=None):
   return min(query_block, length), min(key_block, length)
 
 
-def attend(q, k, v, *, kernel="auto", need_entropy=True, query_block=None, key_block=None,
-           **options):
+def attend(q, k, v, spec: Spec, learned: Learned = Learned(), *, positions=None, kernel="auto",
+           need_entropy=True, query_block=None, key_block=None):
   """Causal attention; returns (o, attention entropy in nats, or None where the kernel gives none).
 
   q, k: [B, T, S] queries and keys before RoPE ([B, T, H, S] for several heads; keys and values
     may have fewer heads: grouped-query attention). v: [B, T, E] ([B, T, Hkv, E]).
+  spec: the call's settings (attention.Spec, defaults resolved); learned: the arrays of the
+    layer's parameters that enter the scores (attention.Learned).
+  positions: [T] or [B, T] positions (None: 0..T-1, the sequence index).
   kernel: a name of kernels.NAMES ("auto": see kernels/__init__.py).
   need_entropy: the caller reads the entropy (kernels that give none are passed over).
   query_block, key_block: queries and keys per block, with kernel "auto" or "blocked": shorter than
     T, the blocked kernel runs with them; as long as T, auto's full-square kernel (the numbers are
     the same).
-  options: those of prepare.prepare (variant, inv_freq, positions, logn_base, attention_factor,
-    rerope_window, leaky_rerope_factor, cosa_scale, posthoc_logn_length, alibi_slope, window,
-    sink_tokens, xpos_gamma, xpos_scale_base, score_bias(relative [B, Q, K] float32, query
-    positions [B, Q]) -> bias broadcastable to [B, H, Q, K], ssmax_scale, log_forget [B, T, H]:
-    FoX's log forget gates, self_extend_group: Self-Extend's G with rerope_window its window).
 
   Returns:
     o with v's layout and dtype; entropy [B, T] (or [B, T, H]) or None.
@@ -63,8 +62,10 @@ def attend(q, k, v, *, kernel="auto", need_entropy=True, query_block=None, key_b
                      f"kernel={kernel!r} has none (pass kernel='auto' or 'blocked').")
   if explicit_blocks:   # blocks shorter than the sequence: blocked; else every score at once
     kernel = "blocked" if blocks != (None, None) else "auto"
-  chosen = kernels.select(kernel, mods_of(**options), shape, need_entropy=need_entropy)
-  prepared = prepare(q, k, v, rope_table_op=chosen.rope_table_op, **options)
+  mods = spec.mods(learned, explicit_positions=positions is not None)
+  chosen = kernels.select(kernel, mods, shape, need_entropy=need_entropy)
+  prepared = prepare(q, k, v, spec, learned, positions=positions,
+                     rope_table_op=chosen.rope_table_op)
   out, entropy = chosen.run(prepared, None if blocks == (None, None) else blocks)
   out = out.astype(v.dtype)
   if single_head:
@@ -72,6 +73,6 @@ def attend(q, k, v, *, kernel="auto", need_entropy=True, query_block=None, key_b
   return out, entropy
 
 
-def causal_attention(q, k, v, *, variant, kernel="auto", **options):
+def causal_attention(q, k, v, spec: Spec, learned: Learned = Learned(), **options):
   """attend's output alone (see attend for the arguments)."""
-  return attend(q, k, v, variant=variant, kernel=kernel, need_entropy=False, **options)[0]
+  return attend(q, k, v, spec, learned, need_entropy=False, **options)[0]

@@ -47,15 +47,14 @@ what is added or masked after the product (attention/scores.py applies it). Kern
 """
 
 import math
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 
+from keynorm_jax.attention.spec import Learned, Mods, Spec
 from keynorm_jax.cpu.boundary import own_op
 from keynorm_jax.rope import rope_table, rotate_by
-
-VARIANTS = ("baseline", "qna", "kna", "cosa", "stickbreaking")
 
 
 class Side(NamedTuple):
@@ -75,21 +74,6 @@ class Side(NamedTuple):
   farthest: Optional[jax.Array] = None
 
 
-class Mods(NamedTuple):
-  """What a kernel adds to or masks in q . k x multiplier (static, except the arrays named)."""
-  alibi_slopes: Optional[jax.Array] = None   # [H] float32: -m_h (distance) added
-  score_bias: Optional[Callable] = None      # learned bias(distance [B, Q, K], query positions)
-  window: Optional[int] = None               # keep 0 <= p_i - p_j < window
-  sink_tokens: Optional[int] = None          # with window: also keep p_j < sink_tokens
-  far_from: Optional[int] = None             # distance from which the far rotation scores
-  explicit_positions: bool = False           # positions were given (not 0..T-1 by index)
-  forget_gate: bool = False                  # FoX: c_i - c_j of the sides' decay added
-  scale_invariant_tau: Optional[float] = None  # a_t score + m_t at distance t (scores.py)
-  stick_breaking: bool = False               # stick-breaking weights instead of the softmax
-  cope_embeddings: Optional[jax.Array] = None  # [S, npos]: CoPE's position embeddings
-  dca_chunk: Optional[int] = None            # DCA: near within a chunk, far / farthest across
-
-
 class Prepared(NamedTuple):
   """A kernel's input: queries [B, T, H, S] and keys [B, T, Hkv, S] (float32), values
   [B, T, Hkv, E] as given."""
@@ -102,79 +86,6 @@ class Prepared(NamedTuple):
 def l2_normalize(x, eps=1e-12):
   """x / ||x|| over the last axis."""
   return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
-
-
-def cosa_default_scale(train_length: int) -> float:
-  """CosA's lambda = 4 log n with n = half the training length."""
-  return 4.0 * math.log(train_length / 2)
-
-
-def check_options(variant, cosa_scale=None, rerope_window=None, leaky_rerope_factor=None,
-                  logn_base=None, window=None, sink_tokens=None, inv_freq=None, xpos_gamma=None,
-                  self_extend_group=None, scale_invariant_tau=None, string_window=None):
-  """Raises ValueError naming the first option that is out of range or lacks its partner."""
-  if variant not in VARIANTS:
-    raise ValueError(f"Unknown attention variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
-  if variant == "cosa" and cosa_scale is None:
-    raise ValueError("variant 'cosa' needs cosa_scale (lambda, e.g. 4 log(train_length / 2)).")
-  if leaky_rerope_factor is not None and rerope_window is None:
-    raise ValueError("leaky_rerope_factor needs rerope_window (the window w).")
-  if rerope_window is not None and rerope_window < 1:
-    raise ValueError(f"rerope_window must be >= 1, got {rerope_window}.")
-  if leaky_rerope_factor is not None and leaky_rerope_factor < 1:
-    raise ValueError(f"leaky_rerope_factor must be >= 1, got {leaky_rerope_factor}.")
-  if logn_base is not None and logn_base <= 1:
-    raise ValueError(f"logn_base (n0) must be > 1, got {logn_base}.")
-  if window is not None and window < 1:
-    raise ValueError(f"window must be >= 1, got {window}.")
-  if sink_tokens is not None and window is None:
-    raise ValueError("sink_tokens needs window (StreamingLLM keeps the sinks plus a window).")
-  if sink_tokens is not None and rerope_window is not None:
-    raise ValueError("sink_tokens and rerope_window cannot be combined (both re-place far keys).")
-  if xpos_gamma is not None and inv_freq is None:
-    raise ValueError("xpos_gamma needs inv_freq (xPos is a RoPE).")
-  if scale_invariant_tau is not None and not scale_invariant_tau > 0:
-    raise ValueError(f"scale_invariant_tau (tau of log(1 + t / tau)) must be > 0, got "
-                     f"{scale_invariant_tau}.")
-  if string_window is not None:
-    if rerope_window is None or leaky_rerope_factor is not None or self_extend_group is not None:
-      raise ValueError("string_window needs rerope_window (STRING's shift S) and neither "
-                       "leaky_rerope_factor nor self_extend_group.")
-    if not 0 <= string_window <= rerope_window:
-      raise ValueError(f"string_window (STRING's local window W) must be in [0, S = "
-                       f"{rerope_window}] (shifted distances stay below the unshifted ones), got "
-                       f"{string_window}.")
-  if self_extend_group is not None:
-    if rerope_window is None or leaky_rerope_factor is not None:
-      raise ValueError("self_extend_group needs rerope_window (Self-Extend's neighbor window) and "
-                       "no leaky_rerope_factor.")
-    if self_extend_group < 1:
-      raise ValueError(f"self_extend_group (Self-Extend's group size G) must be >= 1, got "
-                       f"{self_extend_group}.")
-
-
-def mods_of(*, variant=None, inv_freq=None, positions=None, rerope_window=None, alibi_slope=None,
-            window=None, sink_tokens=None, score_bias=None, log_forget=None,
-            scale_invariant_tau=None, cope_embeddings=None, dca_chunk=None, **_) -> Mods:
-  """The Mods of attend's options (no array work: kernels are chosen from it before preparing)."""
-  far_from = None
-  if inv_freq is not None and rerope_window is not None:
-    far_from = rerope_window
-  elif inv_freq is not None and sink_tokens is not None:
-    far_from = window     # q sits at the cache's last slot k + w - 1, a sink key at p_j
-  slopes = None if alibi_slope is None else jnp.asarray(alibi_slope, jnp.float32)
-  return Mods(alibi_slopes=slopes, score_bias=score_bias, window=window, sink_tokens=sink_tokens,
-              far_from=far_from, explicit_positions=positions is not None,
-              forget_gate=log_forget is not None,
-              scale_invariant_tau=None if scale_invariant_tau is None else float(scale_invariant_tau),
-              stick_breaking=variant == "stickbreaking",
-              cope_embeddings=None if cope_embeddings is None else jnp.asarray(cope_embeddings),
-              dca_chunk=dca_chunk if inv_freq is not None else None)
-
-
-def _score_scale(variant, size, cosa_scale):
-  return {"baseline": 1.0 / math.sqrt(size), "qna": 1.0, "kna": 1.0, "cosa": cosa_scale,
-          "stickbreaking": 1.0 / math.sqrt(size)}[variant]
 
 
 def _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale,
@@ -215,49 +126,44 @@ def _xpos_scale(positions_BxT, centre_Bx1, inv_freq, gamma, scale_base, sign):
   return jnp.concatenate([scale, scale], axis=-1)
 
 
-def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
-            attention_factor=1.0, rerope_window=None, leaky_rerope_factor=None, cosa_scale=None,
-            posthoc_logn_length=None, alibi_slope=None, window=None, sink_tokens=None,
-            xpos_gamma=None, xpos_scale_base=512.0, score_bias=None, ssmax_scale=None,
-            log_forget=None, self_extend_group=None, string_window=None, scale_invariant_tau=None,
-            logit_scale=1.0, llama4_temperature=None, posthoc_ssmax=None, cope_embeddings=None,
-            dca_chunk=None, dca_length=None, rope_table_op=False) -> Prepared:
-  """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E] and the options (attend's) -> Prepared.
+def prepare(q, k, v, spec: Spec, learned: Learned = Learned(), *, positions=None,
+            rope_table_op=False) -> Prepared:
+  """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E], the call's Spec and Learned arrays ->
+  Prepared. positions: [T] or [B, T] positions (None: 0..T-1, the sequence index).
 
   rope_table_op: compute RoPE's cos and sin once as an op of their own (cpu.boundary.own_op; the
     `cpu` kernel's choice: XLA's CPU backend would otherwise recompute them inside every fusion
     that rotates). The numbers are the same either way.
   """
-  check_options(variant, cosa_scale, rerope_window, leaky_rerope_factor, logn_base, window,
-                sink_tokens, inv_freq, xpos_gamma, self_extend_group, scale_invariant_tau,
-                string_window)
   batch, length, heads, size = q.shape
   if heads % k.shape[2]:
     raise ValueError(f"{heads} query heads cannot share {k.shape[2]} key/value heads evenly.")
-  mods = mods_of(variant=variant, inv_freq=inv_freq, positions=positions, rerope_window=rerope_window,
-                 alibi_slope=alibi_slope, window=window, sink_tokens=sink_tokens,
-                 score_bias=score_bias, log_forget=log_forget,
-                 scale_invariant_tau=scale_invariant_tau, cope_embeddings=cope_embeddings,
-                 dca_chunk=dca_chunk)
+  mods = spec.mods(learned, explicit_positions=positions is not None)
   decay_BxTxH = None
-  if log_forget is not None:
-    if log_forget.shape != (batch, length, heads):
+  if learned.log_forget is not None:
+    if learned.log_forget.shape != (batch, length, heads):
       raise ValueError(f"log_forget must be [B, T, H] = {(batch, length, heads)} (one forget gate "
-                       f"per query head and position), got {tuple(log_forget.shape)}.")
-    decay_BxTxH = jnp.cumsum(log_forget.astype(jnp.float32), axis=1)
+                       f"per query head and position), got {tuple(learned.log_forget.shape)}.")
+    decay_BxTxH = jnp.cumsum(learned.log_forget.astype(jnp.float32), axis=1)
   q, k = q.astype(jnp.float32), k.astype(jnp.float32)
   if positions is None:
     positions = jnp.arange(length)
   positions_BxT = jnp.broadcast_to(positions, (batch, length))
-  if variant in ("qna", "cosa"):
+  if spec.variant in ("qna", "cosa"):
     q = l2_normalize(q)
-  if variant in ("kna", "cosa"):
+  if spec.variant in ("kna", "cosa"):
     k = l2_normalize(k)
-  scale = _score_scale(variant, size, cosa_scale) * attention_factor**2 * logit_scale
   multiplier_BxTxH = jnp.broadcast_to(
-      scale * _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale,
-                                llama4_temperature, posthoc_ssmax),
+      spec.score_scale(size) * _query_multiplier(
+          positions_BxT, spec.logn_base, spec.posthoc_logn_length, learned.ssmax_scale,
+          spec.llama4_temperature, spec.posthoc_ssmax),
       (batch, length, heads))
+  inv_freq = None if spec.inv_freq is None else jnp.asarray(spec.inv_freq, jnp.float32)
+  xpos_gamma, xpos_scale_base = spec.xpos_gamma, spec.xpos_scale_base
+  rerope_window, leaky_rerope_factor = spec.rerope_window, spec.leaky_rerope_factor
+  window, sink_tokens = spec.window, spec.sink_tokens
+  string_window, self_extend_group = spec.string_window, spec.self_extend_group
+  dca_chunk, dca_length = spec.dca_chunk, spec.dca_length
 
   if xpos_gamma is not None:   # one centre for every rotation of the call: the true positions'
     true_positions = positions_BxT.astype(jnp.float32)
@@ -285,11 +191,6 @@ def prepare(q, k, v, *, variant, inv_freq=None, positions=None, logn_base=None,
   k_near = rotate(k, positions_BxT, -1.0, near_table)
   q_far = k_far = None
   q_farthest = None
-  if dca_chunk is not None and (dca_length is None or not 1 <= dca_chunk < dca_length
-                                or rerope_window is not None or sink_tokens is not None):
-    raise ValueError(f"dca_chunk (DCA's chunk size s) needs dca_length (the pretraining length c) "
-                     f"with 1 <= s < c and no rerope_window or sink_tokens; got s = {dca_chunk}, "
-                     f"c = {dca_length}.")
   if inv_freq is not None and dca_chunk is not None:
     in_chunk = jnp.remainder(positions_BxT, dca_chunk)
     k_far = rotate(k, in_chunk, -1.0)

@@ -20,7 +20,7 @@ def key_channels(length: int, bucket: int):
   return jnp.concatenate([one_hot, index[:, None].astype(jnp.float32)], axis=-1)
 
 
-def attend_with_reach(q, k, v, *, bucket: int, **kwargs):
+def attend_with_reach(q, k, v, spec, learned, *, bucket: int, **kwargs):
   """`attend`'s (o, entropy) and reach [B, T, H, C]: for query i and head h, the attention mass on
   each block of `bucket` keys (C - 1 of them), then the mean key index sum_j p_ij j.
 
@@ -28,5 +28,6 @@ def attend_with_reach(q, k, v, *, bucket: int, **kwargs):
   batch, length, kv_heads, width = v.shape
   extra = jnp.broadcast_to(key_channels(length, bucket)[None, :, None, :],
                            (batch, length, kv_heads, -(-length // bucket) + 1))
-  out, entropy = attend(q, k, jnp.concatenate([v.astype(jnp.float32), extra], axis=-1), **kwargs)
+  out, entropy = attend(q, k, jnp.concatenate([v.astype(jnp.float32), extra], axis=-1), spec,
+                        learned, **kwargs)
   return out[..., :width].astype(v.dtype), entropy, out[..., width:]

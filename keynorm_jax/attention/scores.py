@@ -12,7 +12,8 @@ disagree on a formula.
 import jax
 import jax.numpy as jnp
 
-from keynorm_jax.attention.prepare import Mods, Prepared, Side
+from keynorm_jax.attention.prepare import Prepared, Side
+from keynorm_jax.attention.spec import Mods
 
 MASKED = -1e30
 

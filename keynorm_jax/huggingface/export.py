@@ -20,6 +20,7 @@ import pathlib
 import numpy as np
 from safetensors.numpy import save_file
 
+from keynorm_jax import positions
 from keynorm_jax.data.tokenizer import SEPARATOR_ID, VOCAB_SIZE
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.huggingface.byte_tokenizer import SEPARATOR, byte_tokenizer
@@ -56,7 +57,7 @@ def _hf_rope_scaling(cfg: ModelConfig):
   if scaling is None:
     return None
   kind = {ours: hf for hf, ours in ROPE_TYPES.items()}.get(scaling["type"])
-  original = scaling["original_length"] or cfg.train_length
+  original = positions.scaled_from(scaling["original_length"], cfg.train_length)
   # dynamic scales from max_position_embeddings (the training length); so does yarn without
   # original_max_position_embeddings, which newer transformers versions would read as
   # factor = max_position_embeddings / original_max_position_embeddings.

@@ -1,9 +1,10 @@
 """Attention with the model's variant and position method, for one layer of either architecture.
 
-Given q, k, v per head and this layer's AttentionSpec (resolved once per call of the LM by
-`layer_specs`: the position method's spec, rewritten by the evaluation column, an inference-time
-method, at the sequence's length), it builds the learned biases and calls
-attention.attend with the model's kernel (`model.kernel`; attention/kernels/). While the
+Given q, k, v per head and this layer's position spec (`layer_specs`, once per call of the LM: the
+position method's spec, rewritten by the evaluation column, an inference-time method), it resolves
+the attention's own `attention.Spec` at the sequence's length (`attention_spec`: the one hop from
+the config to the kernel), builds the layer's `attention.Learned` from position_bias.LEARNED, and
+calls attention.attend with the model's kernel (`model.kernel`; attention/kernels/). While the
 diagnostics collect "intermediates" it also records per head (`sow`) the key norms, the attention
 entropy and the attention's reach (attention/reach.py: the mass on each block of `reach_bucket` keys
 and the mean key index, for every query); the kernel chosen then is one that gives the entropy.
@@ -12,12 +13,10 @@ and the mean key index, for every query); the kernel chosen then is one that giv
 import flax.linen as nn
 import jax.numpy as jnp
 
-from keynorm_jax import positions
-from keynorm_jax.attention import attend
+from keynorm_jax import attention, positions
 from keynorm_jax.attention.reach import attend_with_reach
 from keynorm_jax.models.config import ModelConfig
-from keynorm_jax.models.position_bias import (LEARNED_BIASES, CopeEmbeddings, ForgetGate,
-                                              SSMaxScale)
+from keynorm_jax.models.position_bias import LEARNED
 
 
 def reach_bucket(train_length: int) -> int:
@@ -39,33 +38,51 @@ def layer_specs(cfg: ModelConfig, column: positions.EvalColumn, length: int) -> 
   return tuple(specs)
 
 
+def attention_spec(cfg: ModelConfig, spec: positions.AttentionSpec, seq_length: int
+                   ) -> attention.Spec:
+  """The attention.Spec of a layer with position spec `spec` in a model of `cfg`, for a sequence of
+  `seq_length` tokens (dynamic NTK's base depends on it)."""
+  rotary, settings = spec.rotary, {}
+  if rotary is not None:
+    settings["inv_freq"], settings["attention_factor"] = positions.rotary_inv_freq(
+        rotary, rotary_dim=cfg.head_size, train_length=cfg.train_length, seq_length=seq_length)
+    if rotary.xpos_gamma is not None:
+      settings.update(xpos_gamma=rotary.xpos_gamma, xpos_scale_base=rotary.xpos_scale_base)
+  logn_base = {True: cfg.default_logn_base, False: None, None: cfg.resolved_logn_base}[spec.logn]
+  return attention.Spec(
+      variant=cfg.attention, cosa_scale=cfg.resolved_cosa_scale, logn_base=logn_base,
+      posthoc_logn_length=cfg.train_length if spec.posthoc_logn else None,
+      logit_scale=spec.logit_scale, llama4_temperature=spec.llama4_temperature,
+      posthoc_ssmax=spec.posthoc_ssmax, rerope_window=spec.rerope_window,
+      leaky_rerope_factor=spec.leaky_rerope_factor, self_extend_group=spec.self_extend_group,
+      string_window=spec.string_window, dca_chunk=spec.dca_chunk,
+      dca_length=cfg.train_length if spec.dca_chunk else None, window=spec.window,
+      sink_tokens=spec.sink_tokens, alibi_slopes=spec.alibi_slopes,
+      scale_invariant_tau=spec.scale_invariant_tau, **settings)
+
+
 class PositionalAttention(nn.Module):
   """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E] -> [B, T, H, E]."""
   config: ModelConfig
   spec: positions.AttentionSpec
 
   @nn.compact
-  def __call__(self, q, k, v, positions_BxT, x=None):
-    """x [B, T, d]: the layer's input to q, k and v, which FoX's forget gates read."""
-    cfg, spec = self.config, self.spec
-    kwargs = positions.attention_kwargs(spec, rotary_dim=q.shape[-1], train_length=cfg.train_length,
-                                        seq_length=q.shape[1], logn_base=cfg.resolved_logn_base)
-    if spec.forget_gate:
-      kwargs["log_forget"] = ForgetGate(cfg.heads, name="forget_gate")(x)
-    if spec.cope_positions:
-      kwargs["cope_embeddings"] = CopeEmbeddings(q.shape[-1], spec.cope_positions, name="cope")()
-    score_bias = LEARNED_BIASES[spec.learned_bias](cfg)() if spec.learned_bias else None
-    ssmax = SSMaxScale(cfg.heads, cfg.train_length, name="ssmax")() if cfg.ssmax else None
+  def __call__(self, q, k, v, positions_BxT, x):
+    """x [B, T, d]: the layer's input, which the learned parts may read (FoX's forget gates)."""
+    cfg = self.config
+    spec = attention_spec(cfg, self.spec, q.shape[1])
+    learned = attention.Learned(**{name: build(cfg, self.spec, q.shape[-1], x)
+                                   for name, build in LEARNED.items()})
     # Positions are 0..T-1 unless the method draws random training positions: say so (None), so
     # that a kernel can count a window by index.
     at = positions_BxT if cfg.position_method.random_positions else None
-    kwargs.update(variant=cfg.attention, cosa_scale=cfg.resolved_cosa_scale,
-                  score_bias=score_bias, ssmax_scale=ssmax, positions=at, kernel=cfg.kernel)
     self.sow("intermediates", "key_norm", jnp.linalg.norm(k.astype(jnp.float32), axis=-1))
     if not self.is_mutable_collection("intermediates"):
-      return attend(q, k, v, need_entropy=False, **kwargs)[0]
-    out, entropy, reach = attend_with_reach(q, k, v, bucket=reach_bucket(cfg.train_length),
-                                            **kwargs)
+      return attention.attend(q, k, v, spec, learned, positions=at, kernel=cfg.kernel,
+                              need_entropy=False)[0]
+    out, entropy, reach = attend_with_reach(q, k, v, spec, learned,
+                                            bucket=reach_bucket(cfg.train_length), positions=at,
+                                            kernel=cfg.kernel)
     self.sow("intermediates", "attention_entropy", entropy)
     self.sow("intermediates", "attention_reach", reach)
     return out

@@ -9,7 +9,7 @@ import math
 
 import jax
 
-from keynorm_jax import positions, rope
+from keynorm_jax import positions
 
 from keynorm_jax.attention import KERNEL_NAMES, VARIANTS, cosa_default_scale
 from keynorm_jax.errors import ConfigError
@@ -146,10 +146,11 @@ class ModelConfig:
       raise ConfigError(f"model.rope_scaling.type={scaling['type']!r} scales RoPE, and "
                         f"position={self.position!r} has none; leave model.rope_scaling.type at "
                         f"none.")
-    knobs = {k: v for k, v in scaling.items() if k not in ("type", "original_length")}
+    knobs = {k: v for k, v in scaling.items() if k != "type"}
     try:
-      rope.rope_inv_freq(self.head_size, scaling=scaling["type"],
-                         train_length=scaling["original_length"] or self.train_length, **knobs)
+      positions.rotary_inv_freq(positions.RotarySpec(scaling=scaling["type"], **knobs),
+                                rotary_dim=self.head_size, train_length=self.train_length,
+                                seq_length=self.train_length)
     except ValueError as e:
       raise ConfigError(f"model.rope_scaling: {e}") from None
 
@@ -225,11 +226,14 @@ class ModelConfig:
     return int(8 * math.ceil(width / 8))
 
   @property
-  def resolved_logn_base(self):
-    """n0 of the trained log n (default half the training length), or None when it is off."""
-    if not self.logn:
-      return None
+  def default_logn_base(self) -> float:
+    """n0 of a log n factor: model.logn_base, or (0) half the training length."""
     return self.logn_base or self.train_length / 2
+
+  @property
+  def resolved_logn_base(self):
+    """n0 of the trained log n, or None when it is off."""
+    return self.default_logn_base if self.logn else None
 
   @property
   def resolved_cosa_scale(self):

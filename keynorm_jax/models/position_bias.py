@@ -1,8 +1,9 @@
-"""Learned score biases of a layer (KERPLE, FIRE, FoX's forget gates, CoPE's position embeddings)
-and SSMax's learnable scale, as Flax modules.
+"""The learned parts of a layer's scores, as Flax modules, and `LEARNED`: the one table that builds
+a layer's attention.Learned from its position spec and the model config.
 
-Each bias module returns a callable(distance [B, Q, K], query positions [B, Q]) -> [B, H, Q, K] for
-attention.attend's `score_bias`; distance is the key's relative (or StreamingLLM cache) distance.
+KERPLE and FIRE return a callable(distance [B, Q, K], query positions [B, Q]) -> [B, H, Q, K]
+(Learned.score_bias; distance is the key's relative, or StreamingLLM cache, distance); FoX's forget
+gates, CoPE's position embeddings and SSMax's learnable scale return arrays.
 """
 
 import math
@@ -85,8 +86,6 @@ class ForgetGate(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxTxD):
-    if x_BxTxD is None:
-      raise ValueError("FoX's forget gates read the layer's input x: pass it to the attention.")
     d = x_BxTxD.shape[-1]
     w = self.param("w", nn.initializers.normal(0.02), (d, self.num_heads))
     b = self.param("b", nn.initializers.zeros, (self.num_heads,))
@@ -123,4 +122,18 @@ class SSMaxScale(nn.Module):
 LEARNED_BIASES = {
     "kerple_log": lambda cfg: KerpleLogBias(cfg.heads, name="kerple"),
     "fire": lambda cfg: FireBias(cfg.heads, cfg.train_length, name="fire"),
+}
+
+# attention.Learned's field -> its value in a layer: a function of (model config, the layer's
+# position spec, head size, the layer's input x [B, T, d]) that builds the module (a child of the
+# calling module) and returns its output, or None where the layer has no such part.
+LEARNED = {
+    "score_bias": lambda cfg, spec, size, x: (
+        LEARNED_BIASES[spec.learned_bias](cfg)() if spec.learned_bias else None),
+    "log_forget": lambda cfg, spec, size, x: (
+        ForgetGate(cfg.heads, name="forget_gate")(x) if spec.forget_gate else None),
+    "cope_embeddings": lambda cfg, spec, size, x: (
+        CopeEmbeddings(size, spec.cope_positions, name="cope")() if spec.cope_positions else None),
+    "ssmax_scale": lambda cfg, spec, size, x: (
+        SSMaxScale(cfg.heads, cfg.train_length, name="ssmax")() if cfg.ssmax else None),
 }

@@ -9,11 +9,11 @@ from keynorm_jax.positions.inference import (EvalColumn, INFERENCE_METHODS, Infe
                                              inference_method)
 from keynorm_jax.positions.registry import UnknownMethodError
 from keynorm_jax.positions.spec import (SCALING_KNOBS, AttentionSpec, RotarySpec, alibi_slopes,
-                                       attention_kwargs, rope_scaling_defaults)
+                                       rope_scaling_defaults, rotary_inv_freq, scaled_from)
 from keynorm_jax.positions.training_methods import (TRAINING_METHODS, TrainingMethod,
                                                     knob_defaults, training_method)
 
 __all__ = ["INFERENCE_METHODS", "EvalColumn", "InferenceMethod", "inference_method",
-           "UnknownMethodError", "AttentionSpec", "RotarySpec", "alibi_slopes", "attention_kwargs",
-           "SCALING_KNOBS", "rope_scaling_defaults",
+           "UnknownMethodError", "AttentionSpec", "RotarySpec", "alibi_slopes", "rotary_inv_freq",
+           "scaled_from", "SCALING_KNOBS", "rope_scaling_defaults",
            "TRAINING_METHODS", "TrainingMethod", "knob_defaults", "training_method"]

@@ -1,7 +1,8 @@
 """What one attention layer needs from the position methods: an `AttentionSpec`.
 
 A training-time method gives each layer its spec; an inference-time method rewrites it (weights
-unchanged). `attention_kwargs` turns a spec into the keyword arguments of `attention.attend`.
+unchanged). The model resolves it, with its own settings, into the attention's `attention.Spec`
+(models/attention_block.py: attention_spec).
 """
 
 import dataclasses
@@ -32,6 +33,11 @@ class RotarySpec:
 # (config section model.rope_scaling, whose `type` is the scaling).
 SCALING_KNOBS = ("factor", "beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor",
                  "original_length")
+
+
+def scaled_from(original_length: int, train_length: int) -> int:
+  """The length a RoPE scaling scales from: original_length, or (0) the training length."""
+  return original_length or train_length
 
 
 def rope_scaling_defaults() -> dict:
@@ -104,44 +110,12 @@ def rotary_inv_freq(rotary: RotarySpec, *, rotary_dim: int, train_length: int, s
   """
   inv_freq, attention_factor = rope.rope_inv_freq(
       rotary_dim, base=rotary.base, scaling=rotary.scaling, factor=rotary.factor,
-      train_length=rotary.original_length or train_length, seq_length=seq_length,
+      train_length=scaled_from(rotary.original_length, train_length), seq_length=seq_length,
       beta_fast=rotary.beta_fast, beta_slow=rotary.beta_slow,
       low_freq_factor=rotary.low_freq_factor, high_freq_factor=rotary.high_freq_factor)
   if rotary.fraction < 1.0:
     inv_freq = inv_freq * np.asarray(rope.p_rope_mask(rotary_dim, rotary.fraction), np.float32)
   return inv_freq, attention_factor
-
-
-def attention_kwargs(spec: AttentionSpec, *, rotary_dim: int, train_length: int,
-                     seq_length: int, logn_base: float | None) -> dict:
-  """Keyword arguments of attention.attend (besides q, k, v, variant, positions) for a spec.
-
-  logn_base: n0 of the model's trained log n (None when the model has none); a spec with
-  logn=True and a model without log n uses half the training length.
-  """
-  kwargs = {}
-  if spec.rotary is not None:
-    kwargs["inv_freq"], kwargs["attention_factor"] = rotary_inv_freq(
-        spec.rotary, rotary_dim=rotary_dim, train_length=train_length, seq_length=seq_length)
-    if spec.rotary.xpos_gamma is not None:
-      kwargs["xpos_gamma"] = spec.rotary.xpos_gamma
-      kwargs["xpos_scale_base"] = spec.rotary.xpos_scale_base
-  if spec.logn is True:
-    kwargs["logn_base"] = logn_base or train_length / 2
-  elif spec.logn is None:
-    kwargs["logn_base"] = logn_base
-  kwargs.update(
-      rerope_window=spec.rerope_window, leaky_rerope_factor=spec.leaky_rerope_factor,
-      self_extend_group=spec.self_extend_group, string_window=spec.string_window,
-      dca_chunk=spec.dca_chunk, dca_length=train_length if spec.dca_chunk else None,
-      scale_invariant_tau=spec.scale_invariant_tau,
-      logit_scale=spec.logit_scale, llama4_temperature=spec.llama4_temperature,
-      posthoc_ssmax=spec.posthoc_ssmax,
-      window=spec.window, sink_tokens=spec.sink_tokens,
-      alibi_slope=None if spec.alibi_slopes is None else np.asarray(spec.alibi_slopes,
-                                                                    np.float32),
-      posthoc_logn_length=train_length if spec.posthoc_logn else None)
-  return kwargs
 
 
 def alibi_slopes(num_heads: int) -> tuple[float, ...]:
