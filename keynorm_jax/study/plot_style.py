@@ -44,7 +44,7 @@ POSITION_ORDER = ("rope", "alibi", "kerple_log", "hwfa", "rnope_swa", "fire", "x
 POSITION_COLOURS = dict(zip(POSITION_ORDER, TWENTY_COLOURS))
 ATTENTION_STYLES = {
     "baseline": "-", "kna": "--", "cosa_logn": ":", "qknorm": "-.",
-    "qkln": (0, (5, 1, 1, 1, 1, 1)), "ssmax": (0, (1, 1)), "stickbreaking": (0, (8, 2)),
+    "qkln": (0, (5, 1, 1, 1, 1, 1)), "ssmax": (0, (1, 1, 6, 1)), "stickbreaking": (0, (10, 2, 2, 2)),
     "baseline_logn": (0, (3, 1, 1, 1)), "qna": (0, (2, 2)), "qna_logn": (0, (4, 1, 4, 4)),
     "kna_logn": (0, (6, 1, 1, 1, 1, 1, 1, 1)), "cosa": (0, (1, 3)),
 }

@@ -77,6 +77,7 @@ def table1(records, reproduction=None) -> str:
   names = list(TABLE1_ROWS)
   for architecture in ("gau", "transformer"):
     names += [n for n in best_at_8x(runs, architecture) if n not in names]
+  names = [n for n in names if ("gau", n) in runs or ("transformer", n) in runs]
   rows = [[method_name(n)] + _cells(runs.get(("gau", n))) + _cells(runs.get(("transformer", n)))
           + [_seed_article(n)] for n in names]
   for name in NO_SCALING:
@@ -136,10 +137,14 @@ def table2(records) -> str:
   """Exact match by length, methods as rows, for the runs of each architecture's task that learned
   it at 1x in some seed, and Baseline and KNA RoPE."""
   runs = retrieval_runs(records)
+  if not runs:
+    return "(No retrieval records yet.)"
   parts = []
   for part, architecture in (("a", "transformer"), ("b", "gau")):
     task = RETRIEVAL_TASK[architecture]
     mine = {n: recs for (a, n), recs in runs.items() if a == architecture}
+    if not mine:
+      continue
     shown = [n for n, recs in mine.items()
              if any(learned(r, (task,)) for r in recs) or n in ("baseline_rope", "kna_rope")]
     reach = lambda n: sum((find_retrieval(mine[n][0], task, m) or {}).get("accuracy") or 0
@@ -227,6 +232,8 @@ def pair_summary(records) -> dict:
 
 
 def table3(records) -> str:
+  if not gau_pairs(records):
+    return "(No Baseline/KNA pairs of the GAU layout yet.)"
   rows = []
   for base, kna in gau_pairs(records):
     name = method_name(base["config_name"]).removeprefix("Baseline ")
