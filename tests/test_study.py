@@ -1,17 +1,13 @@
 """The field study's harness: one tiny run end to end (record, skip, report), and the report's
 derived figures checked on records whose answers are worked out by hand."""
 
-import dataclasses
 import json
-import pathlib
-import re
 
 import pytest
 
 from keynorm_jax.evaluation.retrieval import evaluate_retrieval
-from keynorm_jax.study import plan, runner
+from keynorm_jax.study import plan, results_page, runner
 from keynorm_jax.study.records import RecordStore
-from keynorm_jax.study import results_page
 from keynorm_jax.study.report import (architecture_table, copy_accuracies, training_summary,
                                      within_window_retention, write_report)
 from keynorm_jax.study.runner import run_one, step_seconds

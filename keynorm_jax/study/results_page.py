@@ -5,7 +5,6 @@ rewrites; the page's hand-written frame around them (the question, the answers, 
 is left as it is. The full tables are FIELD.md's (report.py); this page shows a few.
 """
 
-import collections
 import math
 import pathlib
 import statistics
