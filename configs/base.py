@@ -105,5 +105,5 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
                                    # retrieval episode (needle at a uniform depth, question and
                                    # answer at the end); 0 = none
   c.data.retrieval_tasks = "passkey_letters,passkey,mqar"  # the tasks drawn from
-                                   # (keynorm_jax/data/retrieval/; RESULTS.md, "Retrieval")
+                                   # (keynorm_jax/data/retrieval/; RESULTS.md, Table 2)
   return c

@@ -50,38 +50,43 @@ def test_short_labels_drop_only_what_every_run_shares():
   assert plot_style.short_labels(mixed) == (["kna_rope", "transformer_kna_rope"], "")
 
 
-def test_every_run_of_a_plot_looks_different_and_the_pair_comes_first():
+def test_a_position_method_has_one_colour_and_an_attention_variant_one_style_in_every_plot():
   recs = [record("qkln_rope", "rope"), record("kna_rope", "rope"), record("baseline_rope", "rope"),
-          record("kna_rope", "rope", "kna_rope+copy50"), record("kna_alibi", "alibi")]
-  styles = plot_style.RunStyles(recs)
-  assert list(styles.colour) == ["baseline", "kna", "qkln"]
-  assert styles.positions == ["rope", "alibi"]
-  looks = {tuple(sorted((k, str(v)) for k, v in styles.of(r).items())) for r in recs[:4]}
-  assert len(looks) == 4
-  by_position = plot_style.RunStyles(recs, colour_by="position", style_by="attention",
-                                     marker_by="suffix")
-  assert by_position.of(recs[1])["marker"] != by_position.of(recs[3])["marker"]
-  assert by_position.of(recs[1])["color"] != by_position.of(recs[4])["color"]
-  names = [h.get_label() for h in styles.legend_handles()]
-  assert names == ["baseline", "kna", "qkln", "text only", "copy50"]
+          record("kna_alibi", "alibi")]
+  one, other = plot_style.RunStyles(recs), plot_style.RunStyles(recs[::-1][:2])
+  assert one.of(recs[1]) == other.of(recs[1]) == {
+      "color": plot_style.POSITION_COLOURS["rope"], "ls": plot_style.ATTENTION_STYLES["kna"]}
+  assert one.of(recs[3])["color"] != one.of(recs[1])["color"]          # alibi against rope
+  assert len({str(one.of(r)) for r in recs[:3]}) == 3                  # three variants of RoPE
+  assert one.positions == ["rope", "alibi"]
+  names = [h.get_label() for h in one.legend_handles()]
+  assert names == ["rope", "alibi", "baseline", "kna", "qkln"]
+  assert len(set(plot_style.POSITION_COLOURS.values())) == len(plot_style.POSITION_COLOURS)
+  assert len(set(map(str, plot_style.ATTENTION_STYLES.values()))) == len(
+      plot_style.ATTENTION_STYLES)
 
 
 def test_looks_do_not_run_out():
-  attentions = ["baseline", "kna", "qna", "cosa", "qkln", "qknorm", "ssmax", "stickbreaking",
-                "baseline_logn", "kna_logn", "qna_logn", "cosa_logn"]  # more than the line styles
-  positions = [f"position{i}" for i in range(23)]                       # more than the colours
-  recs = [record(f"{a}_{p}", p, f"{a}_{p}+setting{i % 12}")
-          for i, (a, p) in enumerate(zip(attentions * 2, positions))]
-  for parts in [("attention", "suffix", None), ("position", "attention", "suffix")]:
-    styles = plot_style.RunStyles(recs, *parts)
-    for look in (styles.colour, styles.line_style, styles.marker):
-      assert len(set(map(str, look.values()))) == len(look)
+  attentions = [f"variant{i}" for i in range(14)]                  # none in the fixed table
+  positions = [f"position{i}" for i in range(23)]                  # more than the colours
+  recs = [record(f"{a}_{p}", p) for a, p in zip(attentions * 2, positions)]
+  styles = plot_style.RunStyles(recs)
+  for look in (styles.colour, styles.line_style):
+    assert len(set(map(str, look.values()))) == len(look)
+  known = set(map(str, plot_style.ATTENTION_STYLES.values()))
+  assert not known & set(map(str, styles.line_style.values()))     # no clash with a fixed style
+
+
+def test_a_panel_of_more_than_eight_lines_is_refused():
+  recs = [record(f"variant{i}_rope", "rope") for i in range(plot_style.MAX_SERIES + 1)]
+  with pytest.raises(ValueError, match="panels of more than 8 lines"):
+    plot_style.method_grid(recs)
 
 
 def test_the_legend_sits_below_every_panel():
   recs = [record(f"kna_{p}", p) for p in ("rope", "alibi", "xpos", "fire", "nope")]
   fig, panels, styles = plot_style.method_grid(recs)
-  assert list(panels) == ["rope", "alibi", "fire", "nope", "xpos"]
+  assert list(panels) == ["rope", "alibi", "fire", "xpos", "nope"]  # POSITION_ORDER
   assert sum(ax.get_visible() for ax in fig.axes) == 5  # the last row's empty panels hidden
   plot_style.legend_below(fig, styles.legend_handles(), xlabel="position")
   fig.canvas.draw()

@@ -1,18 +1,14 @@
 """The field study's harness: one tiny run end to end (record, skip, report), and the report's
 derived figures checked on records whose answers are worked out by hand."""
 
-import dataclasses
 import json
-import pathlib
-import re
 
 import pytest
 
 from keynorm_jax.evaluation.retrieval import evaluate_retrieval
-from keynorm_jax.study import plan, runner
+from keynorm_jax.study import plan, results_page, runner
 from keynorm_jax.study.records import RecordStore
-from keynorm_jax.study.report import (BEGIN, END, architecture_table, copy_accuracies,
-                                     results_block, training_summary, update_results_page,
+from keynorm_jax.study.report import (architecture_table, copy_accuracies, training_summary,
                                      within_window_retention, write_report)
 from keynorm_jax.study.runner import run_one, step_seconds
 
@@ -105,15 +101,19 @@ def test_a_tiny_study_run_is_recorded_skipped_and_reported(tmp_path, reference_k
   assert text.count("| `kna_alibi` |") == 4        # field, options, copy and reach tables
   reach = record["diagnostics"]["256"]["layers"]["layer_0"]["reach"]
   assert 0.0 <= reach["far_mass_beyond_train"] <= 1.0
-  results_page = tmp_path / "RESULTS.md"
-  results_page.write_text(f"intro\n{BEGIN}\nold numbers\n{END}\nreading\n")
-  assert update_results_page(store.all(), results_page)
-  text = results_page.read_text()
-  assert text.startswith(f"intro\n{BEGIN}\n") and text.endswith(f"{END}\nreading\n")
-  assert "old numbers" not in text and "| `kna_alibi` |" in text       # the reach table's row
-  results_page.write_text("no markers\n")
-  assert not update_results_page(store.all(), results_page)
-  assert results_page.read_text() == "no markers\n"
+  assert (store.directory / "NOTES.md").read_text().count("| `kna_alibi__seed0` |") == 1
+  page = tmp_path / "RESULTS.md"
+  frame = "intro\n" + "".join(f"{b}\nold numbers\n{e}\ntext\n"
+                             for b, e in map(results_page.markers, results_page.BLOCKS))
+  page.write_text(frame)
+  assert results_page.update_page(store.all(), None, page)
+  text = page.read_text()
+  assert text.startswith("intro\n<!-- table1 -->\n") and text.endswith("<!-- /figure2 -->\ntext\n")
+  assert "old numbers" not in text and "| Baseline ALiBi |" not in text
+  assert "| KNA ALiBi | 1 |" in text                                    # Table 1's row
+  page.write_text("no markers\n")
+  assert not results_page.update_page(store.all(), None, page)
+  assert page.read_text() == "no markers\n"
 
 
 def test_copy_runs_have_their_own_keys_and_labels():
@@ -122,90 +122,6 @@ def test_copy_runs_have_their_own_keys_and_labels():
   assert plan.StudyRun("kna_rope").key == "kna_rope__seed0"
   keys = [r.key for r in plan.field_runs()]
   assert len(keys) == len(set(keys)) and "transformer_kna_rope__copy10__seed0" in keys
-
-
-RESULTS_PAGE = pathlib.Path(__file__).resolve().parent.parent / "RESULTS.md"
-
-
-def page_prose():
-  """RESULTS.md with its line breaks and indents as single spaces, for patterns that span lines."""
-  return " ".join(RESULTS_PAGE.read_text().split())
-
-
-def recorded(entries):
-  """{entry: its committed record} for the entries recorded under this plan (cpu scale)."""
-  store = RecordStore("field")
-  found = {e: store.find(e.key, runner.record_plan_key(e, "cpu")) for e in entries}
-  return {e: record for e, record in found.items() if record is not None}
-
-
-def test_results_page_shows_what_the_committed_records_say():
-  records = RecordStore("field").all()
-  text = RESULTS_PAGE.read_text()
-  assert f"{BEGIN}\n{results_block(records)}\n{END}" in text, (
-      "RESULTS.md's field-study block is not the one the records in results/field/ give; rebuild "
-      "it with `python -m keynorm_jax.study --report_only`.")
-
-
-# The prose says how much of each part of the plan is recorded; those counts are written by hand,
-# so they are checked against the records here (every mention of them on the page).
-# (part of the plan, how the page says "N of M" recorded, how it says "all M", at least this many
-# mentions of either)
-COUNTED_ON_THE_PAGE = [
-    ("retrieval", r"(\d+) of the (?:retrieval )?plan's (\d+) runs",
-     r"all (\d+) of the (?:retrieval )?plan's runs", 3),
-    ("next-token", r"(\d+) of the plan's (\d+) next-token runs",
-     r"all (\d+) of the plan's next-token runs", 1),
-]
-
-
-@pytest.mark.parametrize("part,pattern,all_pattern,mentions", COUNTED_ON_THE_PAGE)
-def test_results_page_counts_the_runs_the_records_hold(part, pattern, all_pattern, mentions):
-  retrieval = plan.retrieval_runs()
-  planned = retrieval if part == "retrieval" else [e for e in plan.field_runs()
-                                                   if e not in retrieval]
-  done = len(recorded(planned))
-  text = page_prose()
-  # "all M" says M of M are recorded.
-  counts = re.findall(pattern, text) + [(n, n) for n in re.findall(all_pattern, text)]
-  assert len(counts) >= mentions and set(counts) == {(str(done), str(len(planned)))}, (
-      f"RESULTS.md says {sorted(set(counts))} of the {part} plan's runs are recorded; the "
-      f"records in results/field/ say {done} of {len(planned)}. Update its prose.")
-
-
-# The GAU layout's retrieval runs: how many learned a key, and how its same-seed Baseline/KNA pairs
-# split, are written by hand on the page too; a key is learned when a passkey (digits or letters)
-# is at least 60% exact at 1x with no inference-time method, the page's definition.
-def learned_a_key(record):
-  return any(r["task"] in ("passkey", "passkey_letters") and r["method"]["method"] == "none"
-             and r["length"] == r["train_length"] and r["accuracy"] >= 0.6
-             for r in record["retrieval"])
-
-
-def test_results_page_counts_the_gau_layouts_keys_and_pairs_as_the_records_do():
-  gau = [e for e in plan.retrieval_runs() if e.model == plan.RETRIEVAL_GAU_MODEL]
-  learned = {e: learned_a_key(record) for e, record in recorded(gau).items()}
-  twins = [(e, dataclasses.replace(e, config="kna_" + e.config.removeprefix("baseline_")))
-           for e in learned if e.config.startswith("baseline_")]
-  twins = [(base, kna) for base, kna in twins if kna in learned]
-  disagree = [(base, kna) for base, kna in twins if learned[base] != learned[kna]]
-  text = page_prose()
-  keys = re.findall(r"Of the layout's (\d+) runs \(seed 0 unless said\), (\d+) learned a key "
-                    r"at 1x", text)
-  # The pairs are counted twice on the page: in the summary ("Across ...") and in the GAU bullet
-  # ("Over ...").
-  pairs = re.findall(r"(?:Across|Over) the layout's (\d+) same-seed Baseline/KNA pairs(?: .*?)?, "
-                     r"the (\d+) that disagree on whether a key was learned at 1x all go KNA's way",
-                     text)
-  assert keys == [(str(len(learned)), str(sum(learned.values())))], (
-      f"RESULTS.md says {keys} (runs, runs that learned a key) of the GAU layout; the records say "
-      f"{len(learned)} and {sum(learned.values())}. Update its prose.")
-  assert pairs == [(str(len(twins)), str(len(disagree)))] * 2, (
-      f"RESULTS.md says {pairs} (pairs, pairs that disagree) of the GAU layout; the records say "
-      f"{len(twins)} and {len(disagree)}. Update its prose.")
-  assert all(learned[kna] for _, kna in disagree), (
-      f"RESULTS.md says every disagreeing pair goes KNA's way; these go Baseline's: "
-      f"{[base.key for base, kna in disagree if not learned[kna]]}.")
 
 
 def test_drope_runs_add_its_temperature_under_a_plan_key_of_their_own():
@@ -291,7 +207,7 @@ def test_a_tiny_retrieval_run_is_recorded_with_its_retrieval_results(tmp_path, m
   page = write_report(store.all(), store.directory).read_text()
   assert "## Retrieval beyond the training length" in page
   assert page.count("| `kna_rope+retrieval50` |") >= 2 + len(options)  # by length and options
-  assert (store.directory / "retrieval_gau.png").exists()
+  assert (store.directory / "needle" / f"{entry.key}.png").exists()      # its heat map
 
 
 def test_retrieval_tables_read_the_records_by_hand(monkeypatch):

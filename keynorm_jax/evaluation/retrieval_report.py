@@ -52,7 +52,8 @@ def heat_map_name(run: str, method: str) -> str:
 
 
 def plot_heat_map(records, path, *, title: str) -> None:
-  """Exact match by depth (rows) x length (columns), one panel per task, for one run and method."""
+  """Exact match by depth (rows) x length (columns), one panel per task, for one run and method,
+  with a colour bar and the number of prompts behind each cell in the panel's title."""
   tasks = list(dict.fromkeys(r["task"] for r in records))
   fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.4), squeeze=False)
   for ax, task_name in zip(axes[0], tasks):
@@ -63,7 +64,9 @@ def plot_heat_map(records, path, *, title: str) -> None:
     for j, r in enumerate(found):
       if r.get("accuracy_by_depth"):
         grid[:, j] = r["accuracy_by_depth"]
-    ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto", origin="upper")
+    image = ax.imshow(100 * grid, cmap="RdYlGn", vmin=0, vmax=100, aspect="auto",
+                      origin="upper")
+    fig.colorbar(image, ax=ax, label="exact match (%)", fraction=0.06, pad=0.03)
     for (i, j), value in np.ndenumerate(grid):
       ax.text(j, i, "n/a" if np.isnan(value) else f"{100 * value:.0f}", ha="center", va="center",
               fontsize=7)
@@ -71,9 +74,11 @@ def plot_heat_map(records, path, *, title: str) -> None:
     ax.set_yticks(range(len(depths)), [f"{d:.2f}" for d in depths])
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("needle depth (0 = start)")
-    trained = found[0]["train_length"]
+    trained, prompts = found[0]["train_length"], found[0].get("prompts")
+    count = (f"{prompts} prompts per cell, {prompts * len(depths)} per length; "
+             if prompts else "")
     ax.set_title(f"{task_name}: exact match %, chance {100 * found[0]['chance']:.2g}%\n"
-                 f"(trained at {trained})", fontsize=9)
+                 f"({count}trained at {trained})", fontsize=9)
   fig.suptitle(title, fontsize=10)
   fig.tight_layout()
   try:

@@ -2,11 +2,13 @@ r"""The field study, run by run: `python -m keynorm_jax.study --scale=cpu`.
 
 Trains and evaluates every run of keynorm_jax/study/plan.py that has no record yet under
 results/field/ (skips the rest), writing each record as soon as its run is done, then rebuilds
-results/field/FIELD.md and the field-study block of RESULTS.md (between its markers). Stop it any
-time; the next invocation continues. --runs limits it to some
+results/field/FIELD.md, its run log (NOTES.md), the figures and the generated tables of RESULTS.md
+(between their markers). Stop it any time; the next invocation continues. --runs limits it to some
 run keys (e.g. kna_alibi__seed0); --max_runs to a number of new runs; --shard=i/n to every n-th run
 from the i-th, so that n processes share one accelerator (README: "The field study").
 """
+
+import json
 
 from absl import app, flags, logging
 
@@ -17,7 +19,8 @@ from keynorm_jax.storage import disk
 from keynorm_jax.study import plan
 from keynorm_jax.study.provenance import provenance
 from keynorm_jax.study.records import RESULTS_ROOT, RecordStore
-from keynorm_jax.study.report import update_results_page, write_report
+from keynorm_jax.study.report import write_report
+from keynorm_jax.study.results_page import update_page
 from keynorm_jax.study.runner import record_plan_key, run_one
 
 _SCALE = flags.DEFINE_enum("scale", "cpu", list(plan.SCALES), "Study scale.")
@@ -97,8 +100,15 @@ def main(argv):
   print(f"Report: {page}")
   if study == "field" and _RESULTS.value is None:
     results_page = RESULTS_ROOT.parent / "RESULTS.md"
-    if update_results_page(records, results_page):
-      print(f"Updated the field-study block of {results_page}")
+    if update_page(records, reproduction_record(), results_page):
+      print(f"Updated the generated tables of {results_page}")
+
+
+def reproduction_record():
+  """The reproduction's results (results/cpu/results.json), whose seed variants Table 1 shows
+  beside the field's, or None."""
+  path = RESULTS_ROOT / "cpu" / "results.json"
+  return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _run_plan(entries, store: RecordStore) -> None:

@@ -93,8 +93,9 @@ STRONG_COPY_FRACTION = 0.5
 GAU_BEST = ("qkln_rope", "kna_xpos", "kna_hwfa")
 # Seeds 1 and 2 of the runs whose differences matter: Baseline, KNA and CosA-log n RoPE, and the
 # best method that normalizes no key (QK-norm does), on both architectures: ALiBi, the Transformer's
-# best at 8x (68.5%), seeded on both; then the GAU's own best of them, Baseline KERPLE (65.8% at
-# seed 0, against ALiBi's 62.2%), added after ALiBi's seeds were in; then, to tell a collapse from
+# best at 8x when it was seeded (68.5%; stick-breaking and FoX, run later, are above it), seeded on
+# both; then the GAU's own best of them, Baseline KERPLE (65.8% at seed 0, against ALiBi's 62.2%),
+# added after ALiBi's seeds were in; then, to tell a collapse from
 # a seed's accident, KNA scale-invariant p-RoPE (seed 0 fell from 68.14% at 1x to 24.19% at 8x,
 # 35.5%, where its Baseline twin kept 74.7% and the Transformer's KNA twin 97.1%; recorded
 # 2026-11-27).

@@ -1,10 +1,10 @@
-"""How the study's plots tell its runs apart, so that sixty runs stay readable.
+"""How the study's plots tell its runs apart: one colour per position method and one line style per
+attention variant, the same in every figure, and at most MAX_SERIES lines in a panel.
 
 A config name follows the rule `[transformer_]<attention>[_logn]_<position>`; a run's label adds its
 training data and model settings (plan.StudyRun.label, e.g. `+copy50+retrieval50`). The plots of
-many runs draw one panel per position method (`method_grid`), a colour per attention variant and a
-line style per label suffix, and explain the colours and styles in one legend below the panels
-(`legend_below`) rather than naming every run over the data.
+many runs draw one panel per position method (`method_grid`) and explain the colours and styles in
+one legend below the panels (`legend_below`) rather than naming every run over the data.
 """
 
 import math
@@ -14,13 +14,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.lines as mlines  # pylint: disable=wrong-import-position
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-
-MARKERS = ("o", "s", "^", "v", "D", "x", "P", "*", "<", ">")
-LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)),
-               (0, (3, 1, 1, 1)), (0, (5, 1, 1, 1, 1, 1, 1, 1)), (0, (2, 2)))
-# Listed first, so that they take the first colours and styles in every plot: the study's pair,
-# RoPE, and runs trained on text alone.
-FIRST = {"attention": ("baseline", "kna"), "position": ("rope",), "suffix": ("",)}
 
 
 def split_run(record) -> tuple[str, str, str]:
@@ -43,63 +36,74 @@ def _ordered(values, first=()):
 
 # tab20's dark shades (tab10's colours), then its light ones: the first ten of a plot are ten hues.
 TWENTY_COLOURS = plt.cm.tab20.colors[::2] + plt.cm.tab20.colors[1::2]
-PARTS = ("attention", "position", "suffix")  # what split_run returns, by name
+# One colour per position method and one line style per attention variant, the same in every
+# figure of the study (RESULTS.md's and FIELD.md's), so that a reader learns them once.
+POSITION_ORDER = ("rope", "alibi", "kerple_log", "hwfa", "rnope_swa", "fire", "xpos", "p_rope",
+                  "nope", "fox", "scale_invariant", "sinusoidal", "learned", "randomized_rope",
+                  "drope", "cope")
+POSITION_COLOURS = dict(zip(POSITION_ORDER, TWENTY_COLOURS))
+ATTENTION_STYLES = {
+    "baseline": "-", "kna": "--", "cosa_logn": ":", "qknorm": "-.",
+    "qkln": (0, (5, 1, 1, 1, 1, 1)), "ssmax": (0, (1, 1, 6, 1)), "stickbreaking": (0, (10, 2, 2, 2)),
+    "baseline_logn": (0, (3, 1, 1, 1)), "qna": (0, (2, 2)), "qna_logn": (0, (4, 1, 4, 4)),
+    "kna_logn": (0, (6, 1, 1, 1, 1, 1, 1, 1)), "cosa": (0, (1, 3)),
+}
+LINE_STYLES = tuple(ATTENTION_STYLES.values())
+MAX_SERIES = 8  # per panel: more lines than this are not read apart
 
 
 class RunStyles:
-  """A colour, a line style and (with marker_by) a marker for each record of one plot, each from
-  one part of its split_run: by default the colour tells the attention variant and the line style
-  the label suffix. `positions` lists the plot's position methods in panel order."""
+  """A colour per position method (POSITION_COLOURS) and a line style per attention variant
+  (ATTENTION_STYLES) for each record of one plot; values outside those tables get looks of their
+  own. `positions` lists the plot's position methods in panel order."""
 
-  def __init__(self, records, colour_by="attention", style_by="suffix", marker_by=None):
+  def __init__(self, records):
     parts = [dict(zip(PARTS, split_run(r))) for r in records]
-    self.colour_by, self.style_by, self.marker_by = colour_by, style_by, marker_by
-    def assign(part, looks):  # each value of the part, in order, its own look
-      values = _ordered({p[part] for p in parts}, FIRST[part])
-      return dict(zip(values, _enough(looks, len(values))))
-    self.colour = assign(colour_by, TWENTY_COLOURS)
-    self.line_style = assign(style_by, LINE_STYLES)
-    self.marker = assign(marker_by, MARKERS) if marker_by else {}
-    self.positions = _ordered({p["position"] for p in parts}, FIRST["position"])
+    def assign(part, fixed, looks):  # known values their fixed look, the others looks left over
+      values = _ordered({p[part] for p in parts}, tuple(fixed))
+      spare = [look for look in _enough(looks, len(looks) + len(values))
+               if look not in fixed.values()]
+      unknown = iter(spare)
+      return {v: fixed[v] if v in fixed else next(unknown) for v in values}
+    self.colour = assign("position", POSITION_COLOURS, TWENTY_COLOURS)
+    self.line_style = assign("attention", ATTENTION_STYLES, LINE_STYLES)
+    self.positions = list(self.colour)
 
   def of(self, record) -> dict:
-    """matplotlib's keywords for the record's line: color, ls and, with marker_by, marker."""
-    parts = dict(zip(PARTS, split_run(record)))
-    style = {"color": self.colour[parts[self.colour_by]],
-             "ls": self.line_style[parts[self.style_by]]}
-    if self.marker_by:
-      style["marker"] = self.marker[parts[self.marker_by]]
-    return style
+    """matplotlib's keywords for the record's line: color and ls."""
+    attention, position, _ = split_run(record)
+    return {"color": self.colour[position], "ls": self.line_style[attention]}
 
   def legend_handles(self) -> list:
-    """One entry per colour and, where there are several, per line style."""
-    handles = [mlines.Line2D([], [], color=c, lw=2, label=_name(v)) for v, c in self.colour.items()]
-    if len(self.line_style) > 1:
-      handles += [mlines.Line2D([], [], color="black", ls=ls, lw=1.2, label=_name(v))
-                  for v, ls in self.line_style.items()]
-    return handles
+    """One entry per colour (position method) and one per line style (attention variant)."""
+    return ([mlines.Line2D([], [], color=c, lw=2, label=v) for v, c in self.colour.items()]
+            + [mlines.Line2D([], [], color="black", ls=ls, lw=1.2, label=v)
+               for v, ls in self.line_style.items()])
+
+
+PARTS = ("attention", "position", "suffix")  # what split_run returns, by name
 
 
 def _enough(looks, n):
-  """n distinct looks: `looks` while they last, else as many colours from a continuous colour map,
-  dash patterns or (marker) numbered symbols."""
+  """n distinct looks: `looks` while they last, else as many colours from a continuous colour map
+  or dash patterns."""
+  looks = tuple(looks)
   if n <= len(looks):
-    return looks[:n]
-  if looks is TWENTY_COLOURS:
-    return [plt.cm.turbo(i / max(n - 1, 1)) for i in range(n)]
-  if looks is LINE_STYLES:
-    return [(0, (1 + i, 1.5)) for i in range(n)]
-  return [f"${i}$" for i in range(n)]
-
-
-def _name(part):
-  return part.lstrip("+") or "text only"
+    return list(looks[:n])
+  if looks[0] in TWENTY_COLOURS:
+    return list(looks) + [plt.cm.turbo(i / max(n - 1, 1)) for i in range(n - len(looks))]
+  return list(looks) + [(0, (1 + i, 1.5)) for i in range(n - len(looks))]
 
 
 def method_grid(records, panel_size=(3.4, 2.4), columns=4, **subplot_kw):
   """A figure with one panel per position method of `records`; returns (fig, {position: ax},
-  styles). Empty panels of the last row are hidden."""
+  styles). Empty panels of the last row are hidden. ValueError for a panel of more than
+  MAX_SERIES records."""
   styles = RunStyles(records)
+  crowded = {p: n for p in styles.positions
+             if (n := sum(split_run(r)[1] == p for r in records)) > MAX_SERIES}
+  if crowded:
+    raise ValueError(f"panels of more than {MAX_SERIES} lines: {crowded}; plot fewer runs")
   rows = math.ceil(len(styles.positions) / columns)
   fig, axes = plt.subplots(rows, columns, figsize=(panel_size[0] * columns, panel_size[1] * rows),
                            squeeze=False, **subplot_kw)

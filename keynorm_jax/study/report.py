@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from keynorm_jax.study import plan, plot_style, retrieval_report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from keynorm_jax.study import figures, plan, plot_style, retrieval_report, run_log  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 OPTION_ORDER = ("none", "yarn", "rerope", "llama3", "alibi_interpolate", "ntk_alibi", "window",
                 "streaming", "drope_temperature")
@@ -215,9 +215,16 @@ def seed_table(records):
   return _table(["config", "seeds", "1x", "8x", "8x / 1x"], rows)
 
 
-def _by_position_records(records, architecture):
-  """The seed-0 records of `architecture` with an accuracy at 8x: what plot_by_position draws."""
+def _text_only(records, architecture):
+  """The seed-0 records of `architecture` trained on text alone (no copies, retrieval episodes or
+  model settings of their own): what the per-method plots draw, at most a few lines a panel."""
   return [r for r in sorted(_seed0(records, architecture), key=_name)
+          if r.get("label", r["config_name"]) == r["config_name"]]
+
+
+def _by_position_records(records, architecture):
+  """The text-only seed-0 records of `architecture` with an accuracy at 8x (plot_by_position)."""
+  return [r for r in _text_only(records, architecture)
           if (_find(r, 8 * _train_length(r)) or {}).get("accuracy") is not None]
 
 
@@ -242,8 +249,8 @@ def _plot_per_method(recs, draw, path, *, ylabel: str, title: str, xlabel: str) 
 
 
 def plot_by_position(records, architecture, path) -> bool:
-  """Accuracy by position at 8x, seed 0, a panel per position method (plot_style.method_grid);
-  False (nothing drawn) when no record has an 8x accuracy."""
+  """Accuracy by position at 8x, seed 0, trained on text alone, a panel per position method
+  (plot_style.method_grid); False (nothing drawn) when no record has an 8x accuracy."""
   recs = _by_position_records(records, architecture)
   if not recs:
     return False
@@ -254,60 +261,8 @@ def plot_by_position(records, architecture, path) -> bool:
     ax.plot(xs, r["accuracy_by_position"], lw=1.0, **style)
 
   _plot_per_method(recs, draw, path, ylabel="next-token accuracy (non-repeated)",
-                   title=f"{architecture}: accuracy by position at 8x the training length, seed 0 "
-                   "(grey vertical line: the training length)", xlabel="position")
-  return True
-
-
-BEGIN, END = "<!-- field-study:begin -->", "<!-- field-study:end -->"
-
-
-def results_block(records) -> str:
-  """What RESULTS.md shows of the study (between its markers): the architectures side by side, each
-  architecture's field table, inference-time options, copy test and where attention goes, and the
-  seed spread; FIELD.md (results/field/) has the same tables."""
-  parts = [f"Generated from the {len(records)} records in `results/field/` by `python -m "
-           "keynorm_jax.study --report_only` (each record holds its command, commit, code version, "
-           "device and seed; the same tables are in [results/field/FIELD.md]"
-           "(results/field/FIELD.md)). Accuracy (%) on non-repeated held-out text, one training "
-           "seed unless the seed table says otherwise.\n",
-           "#### GAU and Transformer, trained at 512 (1x), evaluated at 4096 (8x)\n",
-           SIDE_BY_SIDE_NOTE + "\n", architecture_table(records)]
-  for architecture in ("gau", "transformer"):
-    if _seed0(records, architecture):
-      parts += [f"\n#### {architecture}: the field table (seed 0; 1x = 512, 8x = 4096, "
-                "16x = 8192)\n", field_table(records, architecture),
-                f"\n#### {architecture}: each method's inference-time options at 8x\n",
-                options_table(records, architecture),
-                f"\n#### {architecture}: the copy test (repeated, period train_length / "
-                f"{plan.REPEAT_PERIOD_FRACTION} = 128)\n", copy_table(records, architecture),
-                f"\n#### {architecture}: where attention goes at 8x\n",
-                reach_table(records, architecture), ""]
-      if _by_position_records(records, architecture):
-        parts += [f"![{architecture}: accuracy by position at 8x]"
-                  f"(results/field/by_position_{architecture}.png)"]
-      if any(_reach_layers(r) for r in _seed0(records, architecture)):
-        parts += [f"![{architecture}: attention mass by distance at 8x]"
-                  f"(results/field/reach_{architecture}.png)"]
-  parts += ["\n#### Seed-to-seed spread (mean ± standard deviation over seeds)\n",
-            seed_table(records)]
-  parts += retrieval_report.retrieval_sections(records, heading="####",
-                                               link_prefix="results/field/")
-  return "\n".join(parts)
-
-
-def update_results_page(records, page) -> bool:
-  """Replaces the text between the markers of `page` (RESULTS.md) with results_block; False when
-  the page or its markers are missing (nothing written)."""
-  page = pathlib.Path(page)
-  if not page.is_file():
-    return False
-  text = page.read_text()
-  if BEGIN not in text or END not in text:
-    return False
-  head, rest = text.split(BEGIN, 1)
-  _, tail = rest.split(END, 1)
-  page.write_text(f"{head}{BEGIN}\n{results_block(records)}\n{END}{tail}")
+                   title=f"{architecture}: accuracy by position at 8x the training length, seed 0, "
+                   "trained on text alone (grey vertical line: the training length)", xlabel="position")
   return True
 
 
@@ -320,7 +275,7 @@ def _reach_layers(rec):
 def plot_reach(records, architecture, path) -> bool:
   """Attention mass by distance for queries beyond the training length at 8x (mean over layers),
   seed 0, a panel per position method; False (nothing drawn) when no record has the measurement."""
-  recs = [r for r in sorted(_seed0(records, architecture), key=_name) if _reach_layers(r)]
+  recs = [r for r in _text_only(records, architecture) if _reach_layers(r)]
   if not recs:
     return False
 
@@ -333,14 +288,15 @@ def plot_reach(records, architecture, path) -> bool:
                 **style)
 
   _plot_per_method(recs, draw, path, ylabel="attention mass (queries beyond train_length)",
-                   title=f"{architecture}: where attention goes at 8x, mean over layers, seed 0 "
-                   "(grey vertical line: the training length; floor 1e-6)",
+                   title=f"{architecture}: where attention goes at 8x, mean over layers, seed 0, "
+                   "trained on text alone (grey vertical line: the training length; floor 1e-6)",
                    xlabel="distance from query to key (tokens, blocks of train_length / 8)")
   return True
 
 
 def write_report(records, output) -> pathlib.Path:
-  """Writes <output>/FIELD.md and its plots from the records; returns the page's path."""
+  """Writes <output>/FIELD.md and its plots, RESULTS.md's figures and the run log (NOTES.md) from
+  the records; returns FIELD.md's path."""
   output = pathlib.Path(output)
   output.mkdir(parents=True, exist_ok=True)
   sections = [
@@ -380,7 +336,9 @@ def write_report(records, output) -> pathlib.Path:
   sections += ["## Seed-to-seed spread (mean ± standard deviation over seeds)\n",
                seed_table(records)]
   retrieval_report.write_plots(records, output)
+  figures.write(records, output)
   sections += retrieval_report.retrieval_sections(records)
   page = output / "FIELD.md"
   page.write_text("\n".join(sections) + "\n")
+  run_log.write(records, output / "NOTES.md")
   return page

@@ -1,4 +1,4 @@
-"""The retrieval study's tables and plot, from the records that hold retrieval results.
+"""The retrieval study's tables and heat maps, from the records that hold retrieval results.
 
 Exact match (%) of the answers (passkey: all 5 digits; MQAR: each queried value) over every depth,
 by length as a multiple of the training length; the seed spread; each method's inference-time
@@ -8,13 +8,10 @@ options. Every number comes from a record in results/field/.
 import collections
 import statistics
 
-import matplotlib
+from keynorm_jax.evaluation.retrieval_report import plot_heat_map
+from keynorm_jax.study import plan
+from keynorm_jax.study.figures import FIGURE2, reach_runs
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from keynorm_jax.evaluation.retrieval_report import plot_heat_map  # pylint: disable=wrong-import-position
-from keynorm_jax.study import plan, plot_style  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 def with_retrieval(records, architecture=None, seed=None):
   return [r for r in records if r.get("retrieval")
@@ -100,48 +97,13 @@ def seed_table(records):
   return _table(head, rows) if rows else "(No run has retrieval records for two seeds yet.)"
 
 
-def plot_by_length(records, architecture, path) -> bool:
-  """Exact match against length multiple, one panel per task, a line per seed-0 run: its colour the
-  position method, its style the attention variant, its marker the label's settings (plot_style),
-  named in the legend below."""
-  recs = sorted(with_retrieval(records, architecture, seed=0), key=lambda r: r["label"])
-  if not recs:
-    return False
-  styles = plot_style.RunStyles(recs, colour_by="position", style_by="attention",
-                                marker_by="suffix")
-  labels, shared = plot_style.short_labels(recs)
-  fig, axes = plt.subplots(1, len(plan.RETRIEVAL_TASKS), figsize=(13, 4), sharey=True)
-  for ax, task in zip(axes, plan.RETRIEVAL_TASKS):
-    for rec, label in zip(recs, labels):
-      points = [(m, find(rec, task, m)) for m in plan.RETRIEVAL_MULTIPLES]
-      points = [(m, r["accuracy"]) for m, r in points if r and r.get("accuracy") is not None]
-      if points:
-        ax.plot(*zip(*points), lw=1.2, ms=4.5, label=label, **styles.of(rec))
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(plan.RETRIEVAL_MULTIPLES, [f"{m}x" for m in plan.RETRIEVAL_MULTIPLES])
-    ax.set_title(f"{task}: exact match over all depths", fontsize=10)
-    ax.set_xlabel("length / training length")
-    ax.grid(alpha=0.3)
-  axes[0].set_ylabel("exact match")
-  fig.suptitle(f"{architecture}: retrieval by length, no inference-time method, seed 0"
-               + (f" ({shared})" if shared else ""), fontsize=10)
-  handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
-  longest = max(len(label) for label in labels)
-  plot_style.legend_below(fig, list(handles.values()), columns=4 if longest <= 30 else 2)
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return True
-
-
 def heat_map_path(record, output):
   return output / "needle" / f"{record['key']}.png"
 
 
 def write_plots(records, output) -> None:
-  """retrieval_<architecture>.png in `output` for each architecture with retrieval records, and
-  needle/<run key>.png: each seed-0 run's heat map (depth x length, no inference-time method)."""
-  for architecture in ("gau", "transformer"):
-    plot_by_length(records, architecture, output / f"retrieval_{architecture}.png")
+  """needle/<run key>.png in `output`: each seed-0 run's heat map (depth x length, no
+  inference-time method). How far the runs read: figures.FIGURE2."""
   for rec in with_retrieval(records, seed=0):
     heat_map_path(rec, output).parent.mkdir(exist_ok=True)
     plot_heat_map([r for r in rec["retrieval"] if r["rope_scaling"] == "none"],
@@ -166,12 +128,12 @@ def retrieval_sections(records, heading="##", link_prefix="") -> list[str]:
   for architecture in ("gau", "transformer"):
     if not with_retrieval(records, architecture, seed=0):
       continue
-    png = f"retrieval_{architecture}.png"
     parts += [f"\n{heading}# {architecture}: by length (seed 0)\n",
               by_length_table(records, architecture),
               f"\n{heading}# {architecture}: inference-time options\n",
-              options_table(records, architecture),
-              f"\n![{architecture}: retrieval by length]({link_prefix}{png})\n"]
+              options_table(records, architecture)]
+  if reach_runs(records):
+    parts += [f"\n![needle reach of the runs that read a key at 2x]({link_prefix}{FIGURE2})\n"]
   parts += [f"\n{heading}# Retrieval: seed-to-seed spread (mean ± standard deviation, and each "
             "seed's value)\n",
             seed_table(records)]

@@ -1,0 +1,67 @@
+"""Reading the study's records: a run's accuracy, its readable name, its runs grouped by config."""
+
+import collections
+
+from keynorm_jax.study import plan
+
+ATTENTION_NAMES = {
+    "baseline": "Baseline", "kna": "KNA", "qna": "QNA", "cosa": "CosA", "cosa_logn": "CosA-log n",
+    "baseline_logn": "Baseline-log n", "qna_logn": "QNA-log n", "kna_logn": "KNA-log n",
+    "qknorm": "QK-norm (RMSNorm)", "qkln": "QK-norm (LayerNorm)", "ssmax": "SSMax",
+    "stickbreaking": "stick-breaking"}
+POSITION_NAMES = {
+    "rope": "RoPE", "alibi": "ALiBi", "kerple_log": "KERPLE (log)", "hwfa": "HWFA",
+    "rnope_swa": "RNoPE-SWA", "fire": "FIRE", "xpos": "xPos", "p_rope": "p-RoPE", "nope": "NoPE",
+    "fox": "FoX", "scale_invariant": "scale-invariant p-RoPE", "sinusoidal": "sinusoidal",
+    "learned": "learned positions", "randomized_rope": "randomized RoPE", "drope": "DroPE",
+    "cope": "CoPE"}
+
+
+def method_name(config: str) -> str:
+  """`transformer_kna_kerple_log` -> 'KNA KERPLE (log)'."""
+  body = config.removeprefix("transformer_")
+  for position in sorted(POSITION_NAMES, key=len, reverse=True):
+    if body.endswith(f"_{position}"):
+      attention = body[:-len(position) - 1]
+      return f"{ATTENTION_NAMES.get(attention, attention)} {POSITION_NAMES[position]}"
+  return body
+
+
+def accuracy(record, multiple, method="none"):
+  """Non-repeated next-token accuracy at `multiple` x the training length, or None."""
+  length = multiple * record["config"]["train_length"]
+  for r in record["records"]:
+    if r["length"] == length and r["set"] == "non_repeated" and r["rope_scaling"] == method:
+      return r.get("accuracy")
+  return None
+
+
+def text_runs(records) -> dict:
+  """{(architecture, config without `transformer_`): its records trained on text alone, by seed}."""
+  runs = collections.defaultdict(list)
+  for rec in sorted(records, key=lambda r: r["seed"]):
+    if rec.get("label", rec["config_name"]) == rec["config_name"]:
+      runs[rec["architecture"], rec["config_name"].removeprefix("transformer_")].append(rec)
+  return dict(runs)
+
+
+def find_retrieval(record, task, multiple, method="none"):
+  length = multiple * record["config"]["train_length"]
+  for r in record.get("retrieval", []):
+    if r["task"] == task and r["length"] == length and r["rope_scaling"] == method:
+      return r
+  return None
+
+
+def retrieval_runs(records) -> dict:
+  """{(architecture, config without `transformer_`): its retrieval-plan records, by seed}; the GAU's
+  those of the plan's layout (plan.RETRIEVAL_GAU_MODEL)."""
+  layout = plan.StudyRun("x", model=plan.RETRIEVAL_GAU_MODEL).label[1:]
+  runs = collections.defaultdict(list)
+  for rec in sorted(records, key=lambda r: r["seed"]):
+    if not rec.get("retrieval"):
+      continue
+    if rec["architecture"] == "gau" and layout not in rec["label"]:
+      continue
+    runs[rec["architecture"], rec["config_name"].removeprefix("transformer_")].append(rec)
+  return dict(runs)
