@@ -10,7 +10,7 @@ import pytest
 from keynorm_jax import positions, run_config
 from keynorm_jax.evaluation.command import make_columns
 from keynorm_jax.evaluation.evaluate import applicable_columns, evaluate_run
-from keynorm_jax.evaluation.run_loading import load_run
+from keynorm_jax.runs import load_run
 from keynorm_jax.training import loop as training
 from train_helpers import tiny_config
 

@@ -13,7 +13,7 @@ from keynorm_jax.attention import block_sizes
 from keynorm_jax.data import corpora
 from keynorm_jax.data.eval_sets import EVAL_SETS, eval_windows
 from keynorm_jax.data.tokenizer import join_documents
-from keynorm_jax.evaluation.scoring import make_scorer, score_windows
+from keynorm_jax.scoring import make_scorer, score_windows
 from keynorm_jax.positions import EvalColumn
 
 _EVAL_MEMORY_BUDGET_BYTES = 4 * 2**30
