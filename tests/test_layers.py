@@ -11,23 +11,23 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-# Lowest first: {group: module prefixes} per layer.
+# Lowest first: {group: module prefixes} per layer; a comment says what a layer needs from below.
 LAYERS = (
     {"errors": ("keynorm_jax.errors",)},
     {"rope": ("keynorm_jax.rope",), "cpu": ("keynorm_jax.cpu",), "data": ("keynorm_jax.data",)},
-    {"positions": ("keynorm_jax.positions",)},                  # RoPE's angles; the registries
+    {"positions": ("keynorm_jax.positions",)},                  # RoPE's angles
     {"attention": ("keynorm_jax.attention",)},                  # the CPU seam, RoPE
-    {"models": ("keynorm_jax.models",)},
-    {"config": ("configs", "keynorm_jax.config_fields", "keynorm_jax.run_config")},  # builds models
+    {"models": ("keynorm_jax.models",)},                        # attention, the registries
+    {"config": ("configs", "keynorm_jax.config_fields", "keynorm_jax.run_config")},  # the models
     {"storage": ("keynorm_jax.storage",)},
     # What training and evaluation share: restoring a run (its phases' configs, a source of runs)
     # and next-token scoring.
     {"runs": ("keynorm_jax.runs",), "scoring": ("keynorm_jax.scoring",)},
     {"training": ("keynorm_jax.training",), "evaluation": ("keynorm_jax.evaluation",)},
-    {"huggingface": ("keynorm_jax.huggingface",)},              # a Hugging Face folder as a run
-    {"cli": ("keynorm_jax.cli",)},                              # ends on training's preemption
+    {"huggingface": ("keynorm_jax.huggingface",)},              # a folder as a TrainedRun
+    {"cli": ("keynorm_jax.cli",)},                              # training's Preempted
     {"study": ("keynorm_jax.study",)},                          # trains and evaluates
-    {"reproduce": ("keynorm_jax.reproduce",)},                  # records the study's provenance
+    {"reproduce": ("keynorm_jax.reproduce",)},                  # the study's provenance
     {"commands": ("train", "eval", "keynorm_jax.export_hf", "benchmarks", "tools")},
 )
 
