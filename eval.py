@@ -18,10 +18,12 @@ from absl import app, flags, logging
 from keynorm_jax.data.retrieval import DEFAULT_DEPTHS
 from keynorm_jax import cli
 from keynorm_jax.attention import KERNEL_NAMES
-from keynorm_jax.evaluation.command import (check_eval_options, check_tasks, evaluate_workdir,
-                                            make_columns)
+from keynorm_jax.evaluation.command import (EvalRequest, check_eval_options, check_tasks,
+                                            evaluate_runs, make_columns)
+from keynorm_jax.huggingface.run import folder_source
 from keynorm_jax.positions import INFERENCE_METHODS
 from keynorm_jax.positions.registry import knob_help
+from keynorm_jax.runs import workdir_source
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs", "A run's folder, or a folder of runs.")
 _LENGTH = flags.DEFINE_integer("length", 4096, "Evaluation length (tokens).")
@@ -87,7 +89,8 @@ def main(argv):
 
 
 def _evaluate():
-  """Checks every option, then evaluates: evaluate_workdir's (records, failures, paths)."""
+  """Checks every option, then evaluates: evaluate_runs' (records, failures, paths) of the runs
+  under --workdir or of --hf_checkpoint's folder."""
   check_eval_options(factor=_KNOBS["factor"].value, batch_size=_BATCH_SIZE.value,
                      num_prompts=_NUM_PROMPTS.value, num_windows=_NUM_WINDOWS.value,
                      repeat_period=_REPEAT_PERIOD.value, workdir=_WORKDIR.value,
@@ -97,13 +100,16 @@ def _evaluate():
   tasks = check_tasks(_TASKS.value)
   columns = make_columns(_METHODS.value, posthoc_logn=_POSTHOC_LOGN.value,
                          **{name: flag.value for name, flag in _KNOBS.items()})
-  return evaluate_workdir(
-      _WORKDIR.value, lengths=lengths, columns=columns, num_windows=_NUM_WINDOWS.value,
-      batch_size=_BATCH_SIZE.value, output=_OUTPUT.value, diagnostics=_DIAGNOSTICS.value,
-      repeat_period=_REPEAT_PERIOD.value, tasks=tasks, depths=depths,
-      num_prompts=_NUM_PROMPTS.value, trust_unverified=_TRUST_UNVERIFIED.value,
-      kernel=_KERNEL.value, hf_checkpoint=_HF_CHECKPOINT.value, data_dir=_DATA_DIR.value,
-      hf_dtype=_HF_DTYPE.value)
+  request = EvalRequest(
+      lengths=lengths, columns=columns, num_windows=_NUM_WINDOWS.value,
+      batch_size=_BATCH_SIZE.value, tasks=tasks, depths=depths, num_prompts=_NUM_PROMPTS.value,
+      repeat_period=_REPEAT_PERIOD.value, kernel=_KERNEL.value, diagnostics=_DIAGNOSTICS.value)
+  if _HF_CHECKPOINT.value is not None:
+    source = folder_source(_HF_CHECKPOINT.value, _WORKDIR.value, data_dir=_DATA_DIR.value,
+                           dtype=_HF_DTYPE.value)
+  else:
+    source = workdir_source(_WORKDIR.value, trust_unverified=_TRUST_UNVERIFIED.value)
+  return evaluate_runs(source, request, output=_OUTPUT.value)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@ r"""Long-context evaluation speed and memory here: `python benchmarks/long_conte
 
 For each length 512, 1024, ... up to --max_length (default 65,536) a fresh process builds the model
 of --config at --model_size with random weights, compiles the evaluator's own scorer
-(keynorm_jax.evaluation.scoring) and scores --windows random windows with the batch size eval.py
+(keynorm_jax.scoring) and scores --windows random windows with the batch size eval.py
 would use.
 It prints seconds per window (the best of --repeats), the growth per doubling of the length, the
 CPU seconds per window (all threads; steadier than the wall clock on a shared machine), the
@@ -76,7 +76,7 @@ def _measure(length):
   import numpy as np  # pylint: disable=g-import-not-at-top
   from keynorm_jax import positions, run_config  # pylint: disable=g-import-not-at-top
   from keynorm_jax.evaluation.evaluate import auto_batch_size  # pylint: disable=g-import-not-at-top
-  from keynorm_jax.evaluation.scoring import (  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.scoring import (  # pylint: disable=g-import-not-at-top
       make_scorer, score_windows)
 
   config = run_config.load_config(_CONFIG.value)

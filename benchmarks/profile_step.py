@@ -22,7 +22,7 @@ import numpy as np
 
 from keynorm_jax import run_config
 from keynorm_jax.attention import KERNEL_NAMES
-from keynorm_jax.training.loss import token_scores
+from keynorm_jax.scoring import token_scores
 from keynorm_jax.training.loop import init_state, make_train_step
 from keynorm_jax.training.optimizer import make_optimizer
 

@@ -17,7 +17,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from keynorm_jax import run_config  # pylint: disable=wrong-import-position
 from keynorm_jax.evaluation.evaluate import auto_batch_size
-from keynorm_jax.evaluation.scoring import make_scorer, score_windows
+from keynorm_jax.scoring import make_scorer, score_windows
 from keynorm_jax.training.loop import init_state, make_train_step
 from keynorm_jax.training.optimizer import make_optimizer
 

@@ -6,9 +6,9 @@ one line with the reason otherwise."""
 from absl import app, flags, logging
 
 from keynorm_jax import cli
-from keynorm_jax.evaluation.run_loading import load_run
 from keynorm_jax.huggingface.export import FILES, export
 from keynorm_jax.run_config import model_config
+from keynorm_jax.runs import load_run
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's folder.", required=True)
 _OUT = flags.DEFINE_string("out", None, "The new folder to write.", required=True)

@@ -19,8 +19,8 @@ from keynorm_jax.attention.prepare import Side
 from keynorm_jax.evaluation.command import with_kernel
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run
-from keynorm_jax.evaluation.run_loading import TrainedRun
 from keynorm_jax.models.position_bias import FireBias
+from keynorm_jax.runs import TrainedRun
 from attention_cases import B, CASES, E, H, INV, T, attend_options, inputs as _inputs
 from train_helpers import tiny_config
 

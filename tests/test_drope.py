@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 from keynorm_jax import run_config
-from keynorm_jax.evaluation.run_loading import load_run
+from keynorm_jax.runs import config_at_step, load_run
 from keynorm_jax.training import loop as training
-from keynorm_jax.training.phases import config_at_step
 from train_helpers import copy_run, losses, tiny_config
 
 

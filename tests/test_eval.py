@@ -13,10 +13,9 @@ import pytest
 
 from keynorm_jax.data.eval_sets import eval_windows
 from keynorm_jax.errors import ConfigError
-from keynorm_jax.evaluation.command import evaluate_workdir
-from keynorm_jax.evaluation.command import make_columns
+from keynorm_jax.evaluation.command import EvalRequest, evaluate_runs, make_columns
 from keynorm_jax.evaluation.evaluate import held_out_tokens
-from keynorm_jax.evaluation.run_loading import load_run
+from keynorm_jax.runs import load_run, workdir_source
 from keynorm_jax.run_config import build_model
 from keynorm_jax.storage import checksums
 from keynorm_jax.training import loop as training
@@ -35,11 +34,12 @@ def runs(tmp_path_factory, data_dir):
   return root
 
 
-def _evaluate(workdir, tmp_path, **kwargs):
-  kwargs.setdefault("lengths", [128])
-  kwargs.setdefault("columns", make_columns(["none"]))
-  kwargs.setdefault("num_windows", 4)
-  return evaluate_workdir(workdir, output=tmp_path, echo=QUIET, **kwargs)
+def _evaluate(workdir, tmp_path, **request):
+  request.setdefault("lengths", [128])
+  request.setdefault("columns", make_columns(["none"]))
+  request.setdefault("num_windows", 4)
+  return evaluate_runs(workdir_source(workdir, warn=QUIET), EvalRequest(**request), output=tmp_path,
+                       echo=QUIET)
 
 
 def test_accuracy_equals_direct_computation(runs, tmp_path):

@@ -86,9 +86,9 @@ def test_eval_evaluates_a_hugging_face_folder_like_our_runs(tmp_path, data_dir):
   document), next-token accuracy at --lengths only, equal to the model's direct computation, and
   the passkey prompts in those tokens; a missing folder is refused in one line."""
   from keynorm_jax.data.eval_sets import eval_windows  # pylint: disable=g-import-not-at-top
-  from keynorm_jax.evaluation.command import evaluate_workdir, make_columns  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.evaluation.command import EvalRequest, evaluate_runs, make_columns  # pylint: disable=g-import-not-at-top
   from keynorm_jax.evaluation.evaluate import held_out_tokens  # pylint: disable=g-import-not-at-top
-  from keynorm_jax.huggingface.run import hf_run  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.huggingface.run import folder_source, hf_run  # pylint: disable=g-import-not-at-top
   from keynorm_jax.run_config import build_model  # pylint: disable=g-import-not-at-top
   from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
   folder = FIXTURES / "tiny_llama_untied"
@@ -100,10 +100,11 @@ def test_eval_evaluates_a_hugging_face_folder_like_our_runs(tmp_path, data_dir):
   first = Tokenizer.from_file(str(folder / "tokenizer.json")).encode(
       documents[0], add_special_tokens=False).ids
   np.testing.assert_array_equal(tokens[:len(first) + 1], first + [2])     # eos_token_id 2
-  records, failures, paths = evaluate_workdir(
-      "unused", hf_checkpoint=folder, data_dir=data_dir, lengths=[256], num_windows=2,
-      columns=make_columns(["none", "ntk", "window"], window=16), output=tmp_path,
-      echo=lambda *_: None, tasks=["next_token", "passkey"], num_prompts=1, depths=[0.0, 1.0])
+  request = EvalRequest(lengths=[256], num_windows=2,
+                        columns=make_columns(["none", "ntk", "window"], window=16),
+                        tasks=["next_token", "passkey"], num_prompts=1, depths=[0.0, 1.0])
+  records, failures, paths = evaluate_runs(folder_source(folder, "unused", data_dir=data_dir),
+                                           request, output=tmp_path, echo=lambda *_: None)
   assert not failures and {r["length"] for r in records} == {256} and "results.csv" in paths
   passkey = [r for r in records if r.get("task") == "passkey"]
   assert len(passkey) == 3 and all(0.0 <= r["accuracy"] <= 1.0 for r in passkey)
@@ -115,8 +116,7 @@ def test_eval_evaluates_a_hugging_face_folder_like_our_runs(tmp_path, data_dir):
     logits = np.asarray(model.apply({"params": run.params}, windows[:, :-1]))
     assert record["accuracy"] == pytest.approx((logits.argmax(-1) == windows[:, 1:]).mean())
   with pytest.raises(ConfigError, match="is not a folder"):
-    evaluate_workdir("unused", hf_checkpoint=tmp_path / "nothing", lengths=[64],
-                     columns=make_columns(["none"]), output=tmp_path / "c")
+    folder_source(tmp_path / "nothing", "unused")
 
 
 @pytest.mark.slow
@@ -128,7 +128,7 @@ def test_export_then_import_gives_the_same_logits_and_tokens(tmp_path, data_dir)
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   from keynorm_jax.data.tokenizer import encode  # pylint: disable=g-import-not-at-top
-  from keynorm_jax.evaluation.run_loading import load_run  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.runs import load_run  # pylint: disable=g-import-not-at-top
   from keynorm_jax.huggingface.export import export  # pylint: disable=g-import-not-at-top
   from keynorm_jax.run_config import build_model, model_config  # pylint: disable=g-import-not-at-top
   from keynorm_jax.training import loop as training  # pylint: disable=g-import-not-at-top

@@ -63,13 +63,15 @@ def test_both_layouts_give_transformers_logits(tmp_path, case):
 def test_both_layouts_give_the_same_eval_losses(tmp_path, data_dir):
   """eval.py's records (loss, accuracy per set and method) of a llama3-scaled model are the same
   read from either layout; the methods that would scale RoPE again are skipped for both."""
-  from keynorm_jax.evaluation.command import evaluate_workdir, make_columns  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.evaluation.command import EvalRequest, evaluate_runs, make_columns  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.huggingface.run import folder_source  # pylint: disable=g-import-not-at-top
   found = {}
   for layout in ("new", "old"):
-    records, failures, _ = evaluate_workdir(
-        tmp_path / "runs", hf_checkpoint=layout_folder(tmp_path, "llama_llama3", layout),
-        data_dir=data_dir, lengths=[128], num_windows=2, columns=make_columns(["none", "yarn"]),
-        output=tmp_path / f"eval_{layout}", echo=lambda *_: None)
+    source = folder_source(layout_folder(tmp_path, "llama_llama3", layout), tmp_path / "runs",
+                           data_dir=data_dir)
+    request = EvalRequest(lengths=[128], num_windows=2, columns=make_columns(["none", "yarn"]))
+    records, failures, _ = evaluate_runs(source, request, output=tmp_path / f"eval_{layout}",
+                                         echo=lambda *_: None)
     assert not failures
     found[layout] = sorted((r["set"], r["rope_scaling"], r["loss"], r["accuracy"])
                            for r in records)

@@ -10,17 +10,16 @@ import pytest
 from keynorm_jax import positions, run_config
 from keynorm_jax.evaluation.command import make_columns
 from keynorm_jax.evaluation.evaluate import applicable_columns, evaluate_run
-from keynorm_jax.evaluation.run_loading import load_run
+from keynorm_jax.runs import load_run
 from keynorm_jax.training import loop as training
 from train_helpers import tiny_config
 
 pytestmark = pytest.mark.slow
 
 # One attention variant per method, alternating, so both Baseline and KNA meet every kind.
-# The methods of 2025 on the Transformer, as their papers train them; ALiBi there too, for its
-# several heads (ntk_alibi needs two).
-ON_THE_TRANSFORMER = ("alibi", "scale_invariant", "drope", "fox", "cope", "rnope_swa")
-CASES = [("transformer_" if name in ON_THE_TRANSFORMER else "")
+# The methods whose papers train a multi-head Transformer on the Transformer (the registry's
+# TrainingMethod.on_the_transformer; ALiBi there too, for its several heads: ntk_alibi needs two).
+CASES = [("transformer_" if positions.TRAINING_METHODS.get(name).on_the_transformer else "")
          + ("kna" if i % 2 else "baseline") + "_" + name
          for i, name in enumerate(positions.TRAINING_METHODS.names())]
 # Stick-breaking attention (no softmax), as its paper trains it: without positions; and a

@@ -15,10 +15,10 @@ from keynorm_jax.data.retrieval import mqar, passkey
 from keynorm_jax.data.tokenizer import decode, encode, join_documents
 from keynorm_jax.data.train_stream import train_dataset
 from keynorm_jax.errors import ConfigError
-from keynorm_jax.evaluation.command import (check_eval_options, evaluate_workdir,
+from keynorm_jax.evaluation.command import (EvalRequest, check_eval_options, evaluate_runs,
                                             make_columns)
 from keynorm_jax.evaluation.retrieval import answer_scores
-from keynorm_jax.evaluation.run_loading import load_run
+from keynorm_jax.runs import load_run, workdir_source
 from keynorm_jax.training import loop as training
 from train_helpers import tiny_config
 from faults.helpers import cli
@@ -227,9 +227,10 @@ def tiny_run(tmp_path_factory, data_dir):
 
 def test_eval_tasks_equal_direct_computation_and_write_heat_maps(tiny_run, held_out, tmp_path):
   depths = (0.0, 0.5, 1.0)
-  records, failures, paths = evaluate_workdir(
-      tiny_run, lengths=[256], columns=make_columns(["none", "window"], window=64),
-      tasks=["passkey", "mqar"], depths=depths, num_prompts=2, output=tmp_path, echo=QUIET)
+  request = EvalRequest(lengths=[256], columns=make_columns(["none", "window"], window=64),
+                        tasks=["passkey", "mqar"], depths=depths, num_prompts=2)
+  records, failures, paths = evaluate_runs(workdir_source(tiny_run, warn=QUIET), request,
+                                           output=tmp_path, echo=QUIET)
   assert not failures
   run = load_run(tiny_run)
   apply = jax.jit(run_config.build_model(run.config).apply)
@@ -264,8 +265,8 @@ def test_eval_cli_bad_retrieval_input_gets_one_line(tiny_run, tmp_path):
   assert code != 0 and "--tasks: unknown task 'nope'" in output and "Traceback" not in output, \
       output
   with pytest.raises(retrieval.RetrievalError, match="--depths takes fractions"):
-    evaluate_workdir(tiny_run, lengths=[64], columns=make_columns(["none"], posthoc_logn=False),
-                     output=tmp_path / "out", tasks=["passkey"], depths=[0.5, 1.5])
+    EvalRequest(lengths=[64], columns=make_columns(["none"], posthoc_logn=False),
+                tasks=["passkey"], depths=[0.5, 1.5])
   with pytest.raises(ConfigError, match="--lengths takes comma-separated numbers, got '256,abc'"):
     numbers("lengths", ["256", "abc"], int, [4096])
   with pytest.raises(ConfigError, match="--lengths is empty"):

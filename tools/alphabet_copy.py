@@ -65,7 +65,7 @@ def measure(workdir) -> tuple[int, dict]:
   import jax  # pylint: disable=g-import-not-at-top
   from keynorm_jax import run_config  # pylint: disable=g-import-not-at-top
   from keynorm_jax.evaluation.evaluate import held_out_tokens  # pylint: disable=g-import-not-at-top
-  from keynorm_jax.evaluation.run_loading import load_run  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.runs import load_run  # pylint: disable=g-import-not-at-top
   run = load_run(workdir)
   if run.config.data.get("tokenizer", ""):
     sys.exit(f"error: {workdir} uses a tokenizer ({run.config.data.tokenizer}); this probe writes "

@@ -1,8 +1,8 @@
-"""`python eval.py`: evaluate every run under a folder and write the tables and plots."""
+"""`python eval.py`'s work: evaluate every run of a source (runs/source.py: our runs under a folder,
+or a Hugging Face folder) on one request (EvalRequest) and write the tables and plots."""
 
 import dataclasses
 import datetime
-import functools
 import json
 import pathlib
 import platform
@@ -21,9 +21,8 @@ from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
 from keynorm_jax.evaluation.report import markdown_table, write_results
 from keynorm_jax.evaluation.retrieval import NEXT_TOKEN, check_depths, evaluate_retrieval
 from keynorm_jax.evaluation.retrieval_report import retrieval_table
-from keynorm_jax.evaluation.run_loading import TrainedRun, find_runs, load_run
-from keynorm_jax.huggingface.run import hf_run
 from keynorm_jax.positions import INFERENCE_METHODS, EvalColumn, inference_method
+from keynorm_jax.runs import RunSource, TrainedRun
 from keynorm_jax.storage import disk
 
 
@@ -84,94 +83,103 @@ def check_tasks(names) -> list[str]:
   return retrieval_tasks.check_tasks(names, "--tasks", also=(NEXT_TOKEN,))
 
 
-def with_kernel(run: TrainedRun, kernel: str) -> TrainedRun:
-  """`run` with its model's attention kernel set to `kernel` (a name of attention.KERNEL_NAMES)."""
+def check_kernel(kernel: str) -> None:
+  """ConfigError for a name that is not one of attention.KERNEL_NAMES."""
   if kernel not in KERNEL_NAMES:
     raise ConfigError(f"--kernel={kernel!r} is not one of {', '.join(KERNEL_NAMES)}.")
+
+
+def with_kernel(run: TrainedRun, kernel: str) -> TrainedRun:
+  """`run` with its model's attention kernel set to `kernel` (a name of attention.KERNEL_NAMES)."""
+  check_kernel(kernel)
   config = run.config.copy_and_resolve_references()
   config.model.kernel = kernel
   return dataclasses.replace(run, config=config)
 
 
-def _load_hf_folder(hf_checkpoint, **options) -> TrainedRun:
-  """The TrainedRun of --hf_checkpoint's folder; ConfigError for an empty flag or a non-folder."""
-  if not str(hf_checkpoint):
-    raise ConfigError("--hf_checkpoint is empty; pass the folder of a Hugging Face model "
-                      "(config.json, *.safetensors, tokenizer.json), or leave it unset.")
-  folder = pathlib.Path(hf_checkpoint)
-  if not folder.is_dir():
-    raise ConfigError(f"--hf_checkpoint={hf_checkpoint} is not a folder: pass the folder of a "
-                      "Hugging Face model (config.json, *.safetensors, tokenizer.json).")
-  return hf_run(folder, **options)
+@dataclasses.dataclass(frozen=True)
+class EvalRequest:
+  """What every run of a source is evaluated on, checked when made (ConfigError for an option that
+  cannot be meant; tasks and depths as check_tasks and check_depths give them).
 
-
-def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0, output=None,
-                     diagnostics=False, echo=print, repeat_period=None, tasks=(NEXT_TOKEN,),
-                     depths=DEFAULT_DEPTHS, num_prompts=4, trust_unverified=False, kernel=None,
-                     hf_checkpoint=None, data_dir="", hf_dtype="auto"):
-  """Evaluates every run found under `workdir`; returns (records, failures, paths), records being
-  the next-token records followed by the retrieval records.
-
+  lengths: the evaluation lengths (with each run's training length where the source says so).
+  columns: the inference-time methods (make_columns). num_windows: windows per next-token set.
+  batch_size: windows or prompts per batch, 0 = sized to about 4 GiB.
   tasks: next_token (the repeated / non-repeated sets) and retrieval tasks (passkey, mqar), each
     at `depths` with `num_prompts` prompts per depth.
-  trust_unverified: also evaluate a checkpoint whose checksum manifest is missing, empty or
-    unreadable (skipped otherwise, like a corrupt one).
+  repeat_period: the repeated set's period (None = each run's training length).
   kernel: the attention kernel (attention.KERNEL_NAMES) to evaluate with instead of each run's own
     model.kernel (the same function: e.g. `cudnn` on a GPU for runs trained on a CPU).
-  hf_checkpoint: instead of our runs, a local Hugging Face Llama-family folder (huggingface/), at
-    `lengths` only (not its training length), on the held-out text in its own tokens (TFDS data
-    in `data_dir`), in `hf_dtype` (huggingface.run.resolve_dtype); loaded and checked before any
-    work (a folder that cannot be loaded is a ConfigError: nothing is written); its results go to
-    `output`, default <workdir>/hf_<folder name>/eval (beside our runs' results).
+  diagnostics: also record key-norm spread and attention entropy per layer.
+  """
+  lengths: tuple[int, ...]
+  columns: tuple[EvalColumn, ...]
+  num_windows: int = 16
+  batch_size: int = 0
+  tasks: tuple[str, ...] = (NEXT_TOKEN,)
+  depths: tuple[float, ...] = DEFAULT_DEPTHS
+  num_prompts: int = 4
+  repeat_period: int | None = None
+  kernel: str | None = None
+  diagnostics: bool = False
+
+  def __post_init__(self):
+    # (--factor: checked in the columns, when they are made)
+    check_eval_options(batch_size=self.batch_size, num_prompts=self.num_prompts,
+                       num_windows=self.num_windows, repeat_period=self.repeat_period)
+    if self.kernel is not None:
+      check_kernel(self.kernel)
+    object.__setattr__(self, "lengths", tuple(self.lengths))
+    object.__setattr__(self, "columns", tuple(self.columns))
+    object.__setattr__(self, "tasks", tuple(check_tasks(self.tasks)))
+    object.__setattr__(self, "depths", check_depths(self.depths))
+
+
+def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=print):
+  """Evaluates every run of `source` (runs/source.py: our workdir's runs, or a Hugging Face
+  folder's) on `request`; returns (records, failures, paths), records being the next-token records
+  followed by the retrieval records.
+
+  output: the results folder, default the source's (<workdir>/eval for our runs).
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
   stop the others. The output folder is checked to be writable before any work; the tables are
   printed before the files are written, all or nothing (report.write_results: OutputError says
   what was and was not written).
   """
-  # (--factor: checked in the columns, when they are made)
-  check_eval_options(batch_size=batch_size, num_prompts=num_prompts, num_windows=num_windows,
-                     repeat_period=repeat_period, workdir=workdir, output=output)
-  tasks = check_tasks(tasks)
-  depths = check_depths(depths)
+  check_eval_options(output=output)
+  tasks, depths, lengths, columns = request.tasks, request.depths, request.lengths, request.columns
   retrieval_names = [t for t in tasks if t != NEXT_TOKEN]
-  workdir = pathlib.Path(workdir)
-  if hf_checkpoint is not None:
-    folder_run = _load_hf_folder(hf_checkpoint, data_dir=data_dir, dtype=hf_dtype)
-    sources = [(folder_run.name, lambda: folder_run)]
-    default_output = workdir / f"hf_{folder_run.name}" / "eval"
-  else:
-    sources = [(run_dir.name, functools.partial(load_run, run_dir, warn=echo,
-                                                trust_unverified=trust_unverified))
-               for run_dir in find_runs(workdir)]
-    default_output = workdir / "eval"
-  output = pathlib.Path(output) if output else default_output
+  loaders = source.runs
+  output = pathlib.Path(output) if output else source.default_output
   output_existed = output.is_dir()
   disk.ensure_writable(output, what="the eval output folder", fix="pass a writable --output")
   records, retrieval, failures, found_diagnostics = [], [], {}, {}
   tokens_by_data = {}
   started = time.perf_counter()
-  for index, (name, load) in enumerate(sources, 1):
+  for index, (name, load) in enumerate(loaders, 1):
     try:
       run = load()
-      if kernel is not None:
-        run = with_kernel(run, kernel)
+      if request.kernel is not None:
+        run = with_kernel(run, request.kernel)
       key = json.dumps(run.config.data.to_dict(), sort_keys=True)
       if key not in tokens_by_data:
         tokens_by_data[key] = held_out_tokens(run.config)
       tokens = tokens_by_data[key]
-      echo(f"[{index}/{len(sources)}] {run.name} (step {run.step}, trained at "
+      echo(f"[{index}/{len(loaders)}] {run.name} (step {run.step}, trained at "
            f"{run.config.train_length})")
       progress = lambda what: echo(f"  evaluating {what}")
       if retrieval_names:  # first: it checks its lengths before any work
         retrieval += evaluate_retrieval(run, tasks=retrieval_names, lengths=lengths,
-                                        columns=columns, num_prompts=num_prompts, depths=depths,
-                                        batch_size=batch_size, tokens=tokens, progress=progress,
-                                        include_train_length=not hf_checkpoint)
+                                        columns=columns, num_prompts=request.num_prompts,
+                                        depths=depths, batch_size=request.batch_size,
+                                        tokens=tokens, progress=progress,
+                                        include_train_length=source.at_train_length)
       if NEXT_TOKEN in tasks:
-        records += evaluate_run(run, lengths=lengths, columns=columns, num_windows=num_windows,
-                                batch_size=batch_size, tokens=tokens, repeat_period=repeat_period,
-                                progress=progress, include_train_length=not hf_checkpoint)
-      if diagnostics:
+        records += evaluate_run(run, lengths=lengths, columns=columns,
+                                num_windows=request.num_windows, batch_size=request.batch_size,
+                                tokens=tokens, repeat_period=request.repeat_period,
+                                progress=progress, include_train_length=source.at_train_length)
+      if request.diagnostics:
         found_diagnostics[run.name] = run_diagnostics(run, lengths=lengths, tokens=tokens)
     except Exception as e:  # pylint: disable=broad-except
       failures[name] = f"{type(e).__name__}: {e}"
@@ -190,12 +198,12 @@ def evaluate_workdir(workdir, *, lengths, columns, num_windows=16, batch_size=0,
         "command": " ".join(sys.argv), "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "jax": jax.__version__, "backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()], "machine": platform.platform(),
-        "python": platform.python_version(), "num_windows": num_windows,
-        "tasks": tasks, "depths": list(depths), "num_prompts": num_prompts,
+        "python": platform.python_version(), "num_windows": request.num_windows,
+        "tasks": list(tasks), "depths": list(depths), "num_prompts": request.num_prompts,
         "seconds": round(time.perf_counter() - started, 1), "failures": failures,
     }
     paths = write_results(records, output, meta=meta,
-                          diagnostics=found_diagnostics if diagnostics else None,
+                          diagnostics=found_diagnostics if request.diagnostics else None,
                           retrieval=retrieval)
     echo("Wrote " + ", ".join(str(p) for p in paths.values()))
   elif not output_existed and not any(output.iterdir()):

@@ -13,8 +13,8 @@ from keynorm_jax.attention import block_sizes
 from keynorm_jax.data import corpora
 from keynorm_jax.data.eval_sets import EVAL_SETS, eval_windows
 from keynorm_jax.data.tokenizer import join_documents
-from keynorm_jax.evaluation.scoring import make_scorer, score_windows
 from keynorm_jax.positions import EvalColumn
+from keynorm_jax.scoring import make_scorer, score_windows
 
 _EVAL_MEMORY_BUDGET_BYTES = 4 * 2**30
 _EVAL_MAX_TOKENS_PER_BATCH = 16384
@@ -106,7 +106,7 @@ def record_fields(run, length, column) -> dict:
   """What every evaluation record (next-token or retrieval) says of the model and the column."""
   config = run.config
   return {"run": run.name, "config": config.name, "step": run.step,
-          "position": config.model.position,   # as evaluated (run_loading: DroPE before its drop)
+          "position": config.model.position,   # as evaluated (runs/: DroPE before its drop)
           "train_length": config.train_length, "length": length,
           "rope_scaling": column.label, "method": column.record()}
 

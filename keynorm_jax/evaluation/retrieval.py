@@ -17,7 +17,7 @@ from keynorm_jax.data.retrieval import (DEFAULT_DEPTHS, RetrievalError, check_pr
 from keynorm_jax.data.tokenizer import offsets_encoder
 from keynorm_jax.evaluation.evaluate import (auto_batch_size, evaluation_plan, held_out_tokens,
                                              record_fields)
-from keynorm_jax.evaluation.scoring import make_scorer, score_windows
+from keynorm_jax.scoring import make_scorer, score_windows
 
 NEXT_TOKEN = "next_token"  # the --tasks name of the next-token evaluation (evaluate.py)
 

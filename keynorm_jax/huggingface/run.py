@@ -1,4 +1,5 @@
-"""A Hugging Face folder as a run the evaluator takes like one of ours (evaluation/command.py).
+"""A Hugging Face folder as a run the evaluator takes like one of ours (`folder_source`, a source of
+runs/source.py that eval.py hands evaluation/command.py).
 
 The run's config is this project's base config with the model section and training length of the
 folder's config.json (hf_config.py) and, for the data, the folder's tokenizer.json (read offline
@@ -14,9 +15,9 @@ import jax
 
 from keynorm_jax import run_config
 from keynorm_jax.errors import ConfigError
-from keynorm_jax.evaluation.run_loading import TrainedRun
 from keynorm_jax.huggingface.hf_config import eos_token_id, read_json, refuse, stored_dtype
 from keynorm_jax.huggingface.llama import load_llama
+from keynorm_jax.runs import RunSource, TrainedRun
 
 _MODEL_FIELDS = ("architecture", "num_layers", "d_model", "num_heads", "head_dim", "num_kv_heads",
                  "mlp", "mlp_size", "norm", "norm_eps", "qkv_bias", "tie_embeddings", "attention",
@@ -74,3 +75,21 @@ def hf_run(folder, *, data_dir: str = "", dtype: str = "auto") -> TrainedRun:
   config.data.separator_id = separator
   return TrainedRun(name=folder.name, workdir=folder, config=run_config.resolve(config), step=0,
                     params=params)
+
+
+def folder_source(hf_checkpoint, workdir, *, data_dir: str = "", dtype: str = "auto") -> RunSource:
+  """--hf_checkpoint's folder as the evaluator's one run (hf_run), loaded and checked now, before
+  any work (a folder that cannot be loaded is a ConfigError: nothing is written), evaluated at the
+  lengths asked only (not its training length); its results default to
+  <workdir>/hf_<folder name>/eval, beside our runs' results. ConfigError for an empty flag or a
+  path that is not a folder."""
+  if not str(hf_checkpoint):
+    raise ConfigError("--hf_checkpoint is empty; pass the folder of a Hugging Face model "
+                      "(config.json, *.safetensors, tokenizer.json), or leave it unset.")
+  folder = pathlib.Path(hf_checkpoint)
+  if not folder.is_dir():
+    raise ConfigError(f"--hf_checkpoint={hf_checkpoint} is not a folder: pass the folder of a "
+                      "Hugging Face model (config.json, *.safetensors, tokenizer.json).")
+  run = hf_run(folder, data_dir=data_dir, dtype=dtype)
+  return RunSource(((run.name, lambda: run),), pathlib.Path(workdir) / f"hf_{run.name}" / "eval",
+                   at_train_length=False)

@@ -29,6 +29,9 @@ class TrainingMethod(Method):
   bias: typing.ClassVar[str | None] = None      # "alibi" / "kerple_log" / "fire"
   random_positions: typing.ClassVar[bool] = False  # training_positions draws from an rng
   layers_without_rope: typing.ClassVar[bool] = True  # some layer has no rotation
+  # Its paper trains it on a multi-head Transformer: the field study (study/plan.py) and the
+  # end-to-end tests train it there as well as on the GAU (ALiBi: for its several heads' slopes).
+  on_the_transformer: typing.ClassVar[bool] = False
 
   def layer_spec(self, *, layer: int, num_layers: int, num_heads: int, rope_theta: float,
                  train_length: int) -> AttentionSpec:
@@ -89,6 +92,7 @@ class ALiBi(TrainingMethod):
   summary = "linear score bias -m (i - j)"
   paper = "Press et al. 2022, Train Short, Test Long (arXiv 2108.12409)"
   bias = "alibi"
+  on_the_transformer = True
   slope: float | None = knob(None, "ALiBi slope of a single-head model; default 2^-4.5, the "
                              "geometric mean of the 8-head slopes (several heads: 2^(-8h/H))")
 
@@ -238,6 +242,7 @@ class RNoPESWA(Rope):
   summary = "RoPE sliding-window layers interleaved with full-attention NoPE layers (3:1)"
   paper = "Yang et al. 2025, Rope to Nope and Back Again: A New Hybrid Attention Strategy (arXiv 2501.18795)"
   layers_without_rope = True    # the full NoPE layer(s)
+  on_the_transformer = True
   ratio: int = knob(3, "RoPE window layers per full NoPE layer (rnope_swa)")
   window: int | None = knob(None, "window w of the RoPE layers (rnope_swa; hwfa has its own rule); "
                             "default train_length / 2")
@@ -273,6 +278,7 @@ class ScaleInvariant(PRope):
   name = "scale_invariant"
   summary = "p-RoPE with each score at distance t turned into a_t score + m_t"
   paper = "Anson, Wang & Aitchison 2025, Scale-invariant Attention (arXiv 2505.17083)"
+  on_the_transformer = True
   fraction: float = knob(0.5, "share p of the pairs that rotate (the highest frequencies)")
   tau: float = knob(10.0, "scale_invariant tau in log(1 + t / tau) (the paper's best, 10)")
 
@@ -296,6 +302,7 @@ class DroPE(TrainingMethod):
   name = "drope"
   summary = "RoPE, then positions dropped (NoPE) for the last share of the training steps"
   paper = "Gelberg et al. 2025, Extending the Context of Pretrained LLMs by Dropping Their Positional Embeddings (arXiv 2512.12167)"
+  on_the_transformer = True
   drop_share: float = knob(0.125, "share of the training steps without RoPE at the end (the "
                            "paper's from-scratch 2K of 16K)")
 
@@ -319,6 +326,7 @@ class CoPE(TrainingMethod):
   name = "cope"
   summary = "contextual positions p_ij = sum of sigmoid gates over j..i, q . e[p_ij] added"
   paper = "Golovneva et al. 2024, Contextual Position Encoding (arXiv 2405.18719)"
+  on_the_transformer = True
   cope_npos: int | None = knob(None, "CoPE's npos: the embedding table's positions, contextual "
                                "positions capped at npos - 1; default train_length + 1")
 
@@ -336,6 +344,7 @@ class Fox(TrainingMethod):
   name = "fox"
   summary = "learned forget gates: sum of log f_l over l = j+1..i added to the scores, no rotation"
   paper = "Lin et al. 2025, Forgetting Transformer (ICLR 2025, arXiv 2503.02130)"
+  on_the_transformer = True
 
   def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
     return AttentionSpec(forget_gate=True)

@@ -5,7 +5,7 @@ import pathlib
 
 from keynorm_jax.evaluation.outputs import text_writer, write_files
 from keynorm_jax.evaluation.report import plot_accuracy_by_position, plot_diagnostics
-from keynorm_jax.reproduce.seed_results import (EXTRA_VARIANTS, NO_SCALING, WITH_SCALING, label,
+from keynorm_jax.seed_results import (EXTRA_VARIANTS, NO_SCALING, WITH_SCALING, label,
                                                 seed_name)
 
 

@@ -181,14 +181,23 @@ def retrieval_options(position: str) -> tuple[str, ...]:
   return OWN_OPTIONS.get(position, ()) + common
 
 
+def transformer_methods() -> tuple[str, ...]:
+  """The position methods the field study trains on the Transformer as well as on the GAU, in the
+  registry's order: NoPE, and those whose papers train a multi-head Transformer
+  (TrainingMethod.on_the_transformer)."""
+  return tuple(p for p in positions.TRAINING_METHODS.names()
+               if p == "nope" or positions.TRAINING_METHODS.get(p).on_the_transformer)
+
+
 def field_runs() -> list[StudyRun]:
+  """The next-token plan: FIRST, the copy runs, the GAU field table (every training-time position
+  method, Baseline and KNA, and QK-norm with LayerNorm, SSMax and stick-breaking) and the
+  Transformer's rows (transformer_methods, GAU_BEST and stick-breaking), the seeds, then the
+  retrieval plan."""
   gau = [f"{a}_{p}" for p in positions.TRAINING_METHODS.names() for a in ("baseline", "kna")]
   gau += ["qkln_rope", "ssmax_rope", "stickbreaking_nope"]
-  transformer = [f"transformer_{a}" for a in (
-      "baseline_alibi", "kna_alibi", "baseline_nope", "kna_nope") + GAU_BEST
-      + ("baseline_fox", "kna_fox", "stickbreaking_nope", "baseline_drope", "kna_drope",
-         "baseline_scale_invariant", "kna_scale_invariant", "baseline_cope", "kna_cope",
-         "baseline_rnope_swa", "kna_rnope_swa")]
+  transformer = [f"transformer_{a}_{p}" for p in transformer_methods() for a in ("baseline", "kna")]
+  transformer += [f"transformer_{c}" for c in GAU_BEST + ("stickbreaking_nope",)]
   seeds = [StudyRun(f"{prefix}{name}", seed) for seed in (1, 2)
            for prefix in ("", "transformer_") for name in SEEDED]
   gau_seeds = [StudyRun(name, seed) for name in SEEDED_GAU_ONLY for seed in (1, 2)]

@@ -9,7 +9,7 @@ import math
 import pathlib
 import statistics
 
-from keynorm_jax.reproduce.seed_results import NO_SCALING
+from keynorm_jax.seed_results import NO_SCALING
 from keynorm_jax.study import figures, plan
 from keynorm_jax.study.reading import (accuracy, find_retrieval, method_name, retrieval_runs,
                                        text_runs)

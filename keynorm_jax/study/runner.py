@@ -9,7 +9,7 @@ from keynorm_jax.evaluation.command import make_columns
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
 from keynorm_jax.evaluation.retrieval import evaluate_retrieval
-from keynorm_jax.evaluation.run_loading import load_run
+from keynorm_jax.runs import load_run
 from keynorm_jax.study import plan
 from keynorm_jax.study.provenance import code_version, provenance
 from keynorm_jax.study.records import RecordStore

@@ -31,8 +31,7 @@ from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, 
 from keynorm_jax.data.eval_sets import eval_windows
 from keynorm_jax.data.tokenizer import join_documents, offsets_encoder
 from keynorm_jax.data.train_stream import train_dataset
-from keynorm_jax.evaluation.scoring import make_scorer, score_windows
-from keynorm_jax.training.loss import token_scores
+from keynorm_jax.scoring import make_scorer, score_windows, token_scores
 from keynorm_jax.models import count_params, init_params
 from keynorm_jax.training.metrics_writer import MetricsWriter
 from keynorm_jax.training.optimizer import learning_rate_schedule, make_optimizer

@@ -6,15 +6,16 @@ own), so the state, the optimizer's moments and the learning-rate schedule run o
 phase to the next; which phase a step belongs to follows from its number (and num_train_steps)
 alone, so a resumed run (after kill -9 or preemption) trains each step with the model it would have
 had. Extending such a run (a new num_train_steps) would move the switch: it is refused
-(`check_resume`).
+(`check_resume`). The phases' configs, which the evaluator reads too: runs/phases.py.
 """
 
 import dataclasses
 
 import ml_collections
 
-from keynorm_jax import positions, run_config
+from keynorm_jax import run_config
 from keynorm_jax.errors import ConfigError
+from keynorm_jax.runs.phases import phase_configs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,36 +25,10 @@ class Phase:
   position: str    # its position method
 
 
-def phase_configs(
-    config: ml_collections.ConfigDict) -> list[tuple[int, ml_collections.ConfigDict]]:
-  """(last step, config) of each phase of a resolved config, in order; one for most methods.
-  ConfigError where the last phase would get no step."""
-  method = positions.training_method(config.model.position, config.model.position_options)
-  earlier = method.earlier_phase(config.num_train_steps)
-  if earlier is None or earlier[0] < 1:
-    return [(config.num_train_steps, config)]
-  steps, position = earlier
-  if steps >= config.num_train_steps:
-    raise ConfigError(f"{config.model.position} trains {position} until step {steps} of "
-                      f"{config.num_train_steps}, which leaves no step for its last phase; train "
-                      f"longer or raise its share (model.position_options).")
-  early = config.copy_and_resolve_references()
-  early.model.position = position
-  early.model.position_options = ml_collections.ConfigDict(positions.knob_defaults(position))
-  return [(steps, early), (config.num_train_steps, config)]
-
-
 def training_phases(config: ml_collections.ConfigDict) -> list[Phase]:
   """The phases of a resolved config, in order, each with its model; see phase_configs."""
   return [Phase(last, run_config.build_model(c), c.model.position)
           for last, c in phase_configs(config)]
-
-
-def config_at_step(config: ml_collections.ConfigDict, step: int) -> ml_collections.ConfigDict:
-  """The config of the model that trained a checkpoint saved after `step` steps: a DroPE run's
-  checkpoint from before the drop is a RoPE model, and evaluated as one."""
-  phases = phase_configs(config)
-  return next((c for last, c in phases if step <= last), phases[-1][1])
 
 
 def phase_of(phases: list[Phase], step: int) -> int:

@@ -1,5 +1,6 @@
 # usage: sweep.sh NAME CONFIG STEPS [overrides...]
-# The toy ablation's runner, kept as it ran (toy_gau_ablation_collect.py says how it was used).
+# The toy ablation's runner, kept as it ran (toy_gau_ablation_collect.py, in git history at commit
+# 0feeca3, says how it was used).
 cd ${TREE:-/work/main}
 name=$1; cfg=$2; steps=$3; shift 3
 rm -rf /tmp/exp/toy/$name

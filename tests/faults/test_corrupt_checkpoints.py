@@ -11,9 +11,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from keynorm_jax import run_config
-from keynorm_jax.evaluation.command import evaluate_workdir
-from keynorm_jax.evaluation.command import make_columns
-from keynorm_jax.evaluation.run_loading import load_run
+from keynorm_jax.evaluation.command import EvalRequest, evaluate_runs, make_columns
+from keynorm_jax.runs import load_run, workdir_source
 from keynorm_jax.storage import checkpointing, checksums
 from keynorm_jax.training import loop as training
 from train_helpers import checkpoint_steps, copy_run, losses, tiny_config
@@ -51,9 +50,10 @@ def test_eval_falls_back_past_a_checkpoint_without_metadata(straight_run, tmp_pa
   if not with_manifest:
     (step_dir / checksums.MANIFEST).unlink()
   lines = []
-  records, failures, _ = evaluate_workdir(workdir, lengths=[32], columns=make_columns(["none"]),
-                                          num_windows=2, output=tmp_path / "eval",
-                                          echo=lines.append)
+  records, failures, _ = evaluate_runs(
+      workdir_source(workdir, warn=lines.append),
+      EvalRequest(lengths=[32], columns=make_columns(["none"]), num_windows=2),
+      output=tmp_path / "eval", echo=lines.append)
   assert not failures and {r["step"] for r in records} == {3}
   assert lines[0].startswith(f"WARNING: skipping checkpoint 6 of {workdir.resolve()}: ")
   assert f"[1/1] run (step 3, trained at 32)" in lines

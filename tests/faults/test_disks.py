@@ -7,8 +7,8 @@ import types
 import orbax.checkpoint as ocp
 import pytest
 
-from keynorm_jax.evaluation.command import evaluate_workdir
-from keynorm_jax.evaluation.command import make_columns
+from keynorm_jax.evaluation.command import EvalRequest, evaluate_runs, make_columns
+from keynorm_jax.runs import workdir_source
 from keynorm_jax.storage import checkpoint_writer, checksums, disk
 from keynorm_jax.training import loop as training
 from train_helpers import checkpoint_steps, copy_run, losses, tiny_config
@@ -29,8 +29,9 @@ def test_read_only_output_folder_and_workdir_are_refused_before_any_work(straigh
   lines = []
   with pytest.raises(disk.DiskError, match=r"Cannot write to the eval output folder .*ro/out "
                                            r"\(Read-only file system\); pass a writable --output"):
-    evaluate_workdir(straight_run, lengths=[32], columns=make_columns(["none"]), num_windows=2,
-                     output=tmp_path / "ro" / "out", echo=lines.append)
+    evaluate_runs(workdir_source(straight_run, warn=lines.append),
+                  EvalRequest(lengths=[32], columns=make_columns(["none"]), num_windows=2),
+                  output=tmp_path / "ro" / "out", echo=lines.append)
   assert lines == []                                                  # nothing evaluated
   with pytest.raises(disk.DiskError, match=r"Cannot write to the workdir .*ro/run \(Read-only "
                                            r"file system\); choose a writable --workdir"):

@@ -12,7 +12,8 @@ import pathlib
 import pytest
 
 from keynorm_jax.evaluation import outputs, report
-from keynorm_jax.evaluation.command import evaluate_workdir, make_columns
+from keynorm_jax.evaluation.command import EvalRequest, evaluate_runs, make_columns
+from keynorm_jax.runs import workdir_source
 
 PREVIOUS = ("results.json", "results.csv", "results.md", "accuracy_by_position.png")
 
@@ -35,8 +36,9 @@ def test_a_full_disk_mid_write_prints_the_table_and_leaves_the_previous_files(
   monkeypatch.setattr(report, "write_csv", half_a_csv)
   printed = []
   with pytest.raises(outputs.OutputError) as e:
-    evaluate_workdir(straight_run, lengths=[32], columns=make_columns(["none"]), num_windows=2,
-                     output=output, echo=printed.append)
+    evaluate_runs(workdir_source(straight_run, warn=printed.append),
+                  EvalRequest(lengths=[32], columns=make_columns(["none"]), num_windows=2),
+                  output=output, echo=printed.append)
   assert any(line.lstrip().startswith("| run | scaling | 32 repeated") for line in printed)
   message = str(e.value)
   assert "\n" not in message

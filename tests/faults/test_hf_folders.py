@@ -84,21 +84,20 @@ def _broken(tmp_path, name):
 
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_a_broken_folder_is_refused_naming_what_is_wrong(tmp_path, name):
-  from keynorm_jax.evaluation.command import evaluate_workdir, make_columns  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.huggingface.run import folder_source  # pylint: disable=g-import-not-at-top
   folder = _broken(tmp_path, name)
   before = sorted(p.name for p in folder.iterdir())
   with pytest.raises(ConfigError, match=BROKEN[name][1]) as refused:
-    evaluate_workdir(tmp_path / "runs", hf_checkpoint=folder, lengths=[128], num_windows=2,
-                     columns=make_columns(["none"]), echo=lambda *_: None)
+    folder_source(folder, tmp_path / "runs")
   assert "\n" not in str(refused.value) and str(folder) in str(refused.value)
   assert not (tmp_path / "runs").exists()                              # nothing written
   assert sorted(p.name for p in folder.iterdir()) == before            # nor in the folder
 
 
 def test_an_empty_hf_checkpoint_flag_is_refused():
-  from keynorm_jax.evaluation.command import evaluate_workdir, make_columns  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.huggingface.run import folder_source  # pylint: disable=g-import-not-at-top
   with pytest.raises(ConfigError, match="--hf_checkpoint is empty"):
-    evaluate_workdir("runs", hf_checkpoint="", lengths=[128], columns=make_columns(["none"]))
+    folder_source("", "runs")
 
 
 @pytest.mark.slow

@@ -8,8 +8,7 @@ from tensorflow_datasets.core.download import downloader as tfds_downloader
 
 from keynorm_jax import run_config
 from keynorm_jax.data import corpora
-from keynorm_jax.evaluation.command import evaluate_workdir
-from keynorm_jax.evaluation.command import make_columns
+from keynorm_jax.evaluation.command import EvalRequest, make_columns
 from keynorm_jax.training import loop as training
 from train_helpers import tiny_config
 from faults.helpers import cli
@@ -75,5 +74,4 @@ def test_eval_refuses_factor_zero_and_negative_batch_size(straight_run, tmp_path
   with pytest.raises(ValueError, match="factor must be >= 1"):
     make_columns(["linear"], factor=0.0)
   with pytest.raises(ValueError, match=r"--batch_size must be at least 1 \(or 0 to size"):
-    evaluate_workdir(straight_run, lengths=[32], columns=make_columns(["none"]), batch_size=-1,
-                     output=tmp_path, echo=lambda _: None)
+    EvalRequest(lengths=[32], columns=make_columns(["none"]), batch_size=-1)

@@ -1,9 +1,19 @@
-"""Next-token scoring of token windows: per-token correctness and loss, jit-compiled once per shape."""
+"""Next-token scoring, shared by training (its loss and validation) and the evaluator: per-token
+correctness and negative log-likelihood, and windows scored in batches, jit-compiled once per
+shape."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 
-from keynorm_jax.training.loss import token_scores
+
+def token_scores(logits_BxTxV, targets_BxT):
+  """(correct [B, T] float32, negative log-likelihood [B, T]) of next-token predictions: the
+  training loss is the mean of the second."""
+  correct = (jnp.argmax(logits_BxTxV, axis=-1) == targets_BxT).astype(jnp.float32)
+  nll = optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, targets_BxT)
+  return correct, nll
 
 
 def make_scorer(model):

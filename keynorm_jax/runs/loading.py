@@ -4,7 +4,7 @@ The newest checkpoint that passes its checksum check and restores is used: a cor
 deleted by a training run still writing the workdir, is skipped (with a warning) and nothing on
 disk is moved or written. Only the parameters are read, so a run evaluates whatever optimizer it
 was trained with. A run whose position method changes during training (DroPE) is evaluated as the
-model that trained its checkpoint's last step (training/phases.py).
+model that trained its checkpoint's last step (phases.py).
 """
 
 import dataclasses
@@ -14,9 +14,9 @@ import jax
 
 from keynorm_jax import run_config
 from keynorm_jax.models import init_params
+from keynorm_jax.runs.phases import config_at_step
 from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
-                                       params_restore_args)
-from keynorm_jax.training.phases import config_at_step
+                                               params_restore_args)
 
 
 @dataclasses.dataclass
