@@ -27,7 +27,7 @@ from keynorm_jax.storage import disk, workdir_lock
 from keynorm_jax.storage.checkpoint_writer import CheckpointWriter
 from keynorm_jax.training import config_changes, preemption, sharding
 from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
-                                       state_restore_args)
+                                               finished_steps, state_restore_args)
 from keynorm_jax.data.eval_sets import eval_windows
 from keynorm_jax.data.tokenizer import join_documents, offsets_encoder
 from keynorm_jax.data.train_stream import train_dataset
@@ -184,14 +184,17 @@ def train_and_evaluate(config, workdir, *, stop_after_steps=None, allow_config_c
       return _train(config, user_config, checkpoints, mesh, stop_after_steps,
                     allow_config_change, watch, tokens)
     except OSError as e:
+      steps = finished_steps(workdir / "checkpoints")
+      kept = (f"the last checkpoint (step {steps[-1]}) is intact" if steps else
+              "no checkpoint was written yet")
       if disk.is_disk_full(e):
-        raise disk.DiskError(f"The disk under {workdir} is full ({e}); the last checkpoint is "
-                             f"intact. Free some space and run the same command again to "
-                             f"resume.") from None
+        raise disk.DiskError(f"The disk under {workdir} is full ({e}); {kept}. Free some space "
+                             f"and run the same command again to "
+                             f"{'resume' if steps else 'start'}.") from None
       if e.errno in _UNWRITABLE:
-        raise disk.DiskError(f"Cannot write {e.filename or workdir} ({e.strerror}); the last "
-                             f"checkpoint is intact. Make it writable (or pass another "
-                             f"--workdir) and run the same command again.") from None
+        raise disk.DiskError(f"Cannot write {e.filename or workdir} ({e.strerror}); {kept}. "
+                             f"Make it writable (or pass another --workdir) and run the same "
+                             f"command again.") from None
       raise
 
 
@@ -283,7 +286,6 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
       if is_main and phase and step == phases[phase - 1].last_step + 1:
         progress.write(f"{config.name}: from step {step}, position {phases[phase].position}")
       state, metrics = train_steps[phase](state, batch)  # dispatched; the host does not wait
-      saver.poll()
       progress.update(1)
       last = step == config.num_train_steps
       evaluate = step % config.eval_every_steps == 0 or last

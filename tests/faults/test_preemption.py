@@ -117,7 +117,7 @@ def test_a_failing_metrics_writer_ends_the_run_in_one_line(straight_run, tmp_pat
                     lambda self, *a: full() or real_write(self, *a))
     started = time.monotonic()
     with pytest.raises(disk.DiskError, match=r"^The disk under .* is full .*No space left on "
-                                             r"device.*the last checkpoint is intact"):
+                                             r"device.*the last checkpoint \(step 3\) is intact"):
       training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
     assert time.monotonic() - started < 60
   open_files = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")

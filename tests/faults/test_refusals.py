@@ -54,8 +54,8 @@ def test_read_only_tensorboard_folder_is_one_line(tmp_path, data_dir, monkeypatc
   monkeypatch.setattr(metrics_writer.RecordWriter, "__init__", read_only)
   with pytest.raises(disk.DiskError, match=r"^Cannot write .*tensorboard/events.out.tfevents\S* "
                                            r"\(Read-only file "
-                                           r"system\); the last checkpoint is intact\. Make it "
-                                           r"writable"):
+                                           r"system\); no checkpoint was written yet\. Make "
+                                           r"it writable"):
     training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
 
 
