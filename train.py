@@ -9,11 +9,17 @@ baseline_alibi) or a path to a config file; --config.key=value overrides any fie
 Launched as one process of several (Cloud TPU pods, SLURM, or JAX_COORDINATOR_ADDRESS /
 JAX_NUM_PROCESSES / JAX_PROCESS_ID set), pass --multihost to join JAX's multi-host runtime.
 SIGTERM or Ctrl-C saves a checkpoint at the step in flight and exits with code 75 (preempted: run
-the same command again to resume); a second signal stops at once.
+the same command again to resume); before the first step, it stops with nothing to save, also
+with 75; a second signal stops at once.
 """
 
-import logging as python_logging
-import sys
+# First of all, before the imports that take seconds: a signal from now on requests a stop.
+from keynorm_jax.training import preemption  # pylint: disable=g-bad-import-order
+if __name__ == "__main__":  # (not when a test imports this file)
+  preemption.install()
+
+import logging as python_logging  # pylint: disable=g-import-not-at-top,wrong-import-position
+import sys  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -68,7 +74,9 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
   logging.get_absl_handler().addFilter(_NoOrbaxTracebacks())
+  cli.run_or_exit(lambda: cli.check_folder_flags(workdir=_WORKDIR.value), name_type=False)
   if _MULTIHOST.value:
+    preemption.uninstall()  # JAX's preemption service takes SIGTERM (preemption.py)
     from keynorm_jax.training import sharding  # pylint: disable=g-import-not-at-top
     sharding.maybe_initialize_distributed()
   from keynorm_jax.training.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top

@@ -6,7 +6,8 @@ the `transformer_` prefix, e.g. transformer_kna_rope; runs in runs/reproduce_<sc
 Trains every variant of the seed's table plus qknorm_rope, kna_nope and baseline_nope, evaluates each
 at the training length and at 8x (repeated and non-repeated; no scaling, NTK, YaRN, ReRoPE), and at
 16x and 32x for a few variants, then writes a results page. What is already trained or evaluated is
-skipped, so the command can be stopped and run again.
+skipped, so the command can be stopped and run again: SIGTERM or Ctrl-C stops it at the next safe
+point (a training's next step, saving a checkpoint; between two evaluations) in one line, exit 75.
 """
 
 import json
@@ -26,7 +27,9 @@ from keynorm_jax.reproduce.report import write_page
 from keynorm_jax.seed_results import EXTRA_VARIANTS, NO_SCALING, TRANSFORMER_PREFIX
 from keynorm_jax.runs import load_run
 from keynorm_jax.storage import disk
+from keynorm_jax.storage.atomic import write_atomically
 from keynorm_jax.study.provenance import code_version
+from keynorm_jax.training import preemption
 from keynorm_jax.training.loop import train_and_evaluate
 
 VARIANTS = list(NO_SCALING) + list(EXTRA_VARIANTS)
@@ -76,7 +79,7 @@ def _trained(workdir, steps) -> bool:
 def _add_seconds(path, seconds) -> float:
   """Adds to the wall time recorded in `path` (training resumed over several invocations)."""
   total = (json.loads(path.read_text()) if path.exists() else 0.0) + seconds
-  path.write_text(json.dumps(round(total, 1)))
+  write_atomically(path, json.dumps(round(total, 1)))
   return round(total, 1)
 
 
@@ -92,7 +95,13 @@ def _evaluate(workdir, plan, long_lengths):
     if found.get("plan") == key:
       return found
   tokens = held_out_tokens(run.config)
-  progress = lambda what: print(f"  evaluating {what}", flush=True)
+
+  def progress(what):  # between two evaluations: where a signal stops the command
+    preemption.check(f"while evaluating {workdir.name}: its training is saved (checkpoint "
+                     f"{run.step} in {workdir / 'checkpoints'}) and the runs evaluated before it "
+                     f"are kept. Run the same command again to go on from its evaluation.")
+    print(f"  evaluating {what}", flush=True)
+
   records = evaluate_run(run, lengths=[plan["length"]],
                          columns=make_columns(SCALINGS),
                          num_windows=plan["num_windows"], tokens=tokens, progress=progress)
@@ -102,7 +111,7 @@ def _evaluate(workdir, plan, long_lengths):
                             include_train_length=False)
   diagnostics = run_diagnostics(run, lengths=[plan["length"]], tokens=tokens)
   found = {"plan": key, "records": records, "diagnostics": diagnostics}
-  cache.write_text(json.dumps(found))
+  write_atomically(cache, json.dumps(found))  # a kill leaves the old cache or the new
   return found
 
 
@@ -118,6 +127,8 @@ def reproduce(scale, *, runs_dir, output, variants, steps=0, data_dir="", archit
   timings, records, diagnostics = {}, [], {}
   variants = config_names(variants, architecture)
   for index, variant in enumerate(variants, 1):
+    preemption.check(f"before {variant}: the runs before it are trained and evaluated. Run the "
+                     f"same command again to go on.")
     config = _config(variant, scale, steps, data_dir)
     workdir = runs_dir / variant
     t0 = time.time()
@@ -169,8 +180,9 @@ def check_paths(*, runs_dir, output, data_dir) -> None:
              (output, "the results page folder", "--output")]
   if not pathlib.Path(output).is_relative_to(runs_dir):
     folders.reverse()
-  for folder, what, flag in folders:
-    disk.ensure_writable(folder, what=what, fix=f"pass a writable {flag}")
+  with disk.removed_if_refused(runs_dir, output):
+    for folder, what, flag in folders:
+      disk.ensure_writable(folder, what=what, fix=f"pass a writable {flag}")
 
 
 def _check_all(*, runs_dir, output, architecture) -> None:

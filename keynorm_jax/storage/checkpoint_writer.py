@@ -1,23 +1,54 @@
 """Saving a run's Orbax checkpoints (in the background) and listing each in a checksum manifest.
 
-The manifest (checksums.py) is written once Orbax has renamed the finished step into place, at
-the first `poll()` after that (called every training step), so a kill -9 can leave at most the
-newest checkpoint unlisted; the restore then sets it aside as unverified and uses the one before.
-A disk too full for another checkpoint stops the run before the save starts; a save that fails
-anyway (a full disk included) is reported in one line, the previous checkpoint intact.
+A step's folder appears under its final name only with its checksum manifest (checksums.py) in
+it: Orbax writes the step into a temporary folder and renames it into place once complete; here
+that rename goes through a staging name, so the manifest is written over the finished bytes
+before the step becomes visible (`_ListedOnCommit`). A kill -9 at any moment therefore leaves
+either a listed, verifiable step or a temporary folder that no reader lists (removed at the next
+start). A disk too full for another checkpoint stops the run before the save starts; a save that
+fails anyway (a full or read-only disk included) ends the run in one line, the previous
+checkpoint intact, with no Orbax thread left waiting.
 """
 
+import asyncio
+import errno
+import logging
+import os
 import pathlib
 import shutil
+import sys
 
 import jax
 from jax.experimental import multihost_utils
 import orbax.checkpoint as ocp
+from orbax.checkpoint._src.path import atomicity
 
 from keynorm_jax.storage import checksums, disk
 from keynorm_jax.storage.checkpointing import CheckpointError, finished_steps, first_line
 
 ITEMS = ("state", "data", "config", "history")
+STAGING = ".orbax-checkpoint-tmp-listing"  # Orbax's temporary suffix, so it is never listed
+_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+class _ListedOnCommit(atomicity.AtomicRenameTemporaryPath):
+  """Orbax's atomic rename of a finished step, with the checksum manifest written in between:
+  the temporary folder is renamed to `<step>.orbax-checkpoint-tmp-listing`, listed, then renamed
+  to `<step>`. (Orbax's own finalize last updates the step's metadata file, so the manifest
+  cannot be written before it.) Runs in Orbax's background thread, on the primary process."""
+
+  async def finalize(self):
+    final = self._final_path
+    if not final.name.isdigit():  # an item's folder inside a step: Orbax's own
+      return await super().finalize()
+    staging = final.parent / f"{final.name}{STAGING}"
+    self._final_path = staging
+    try:
+      await super().finalize()
+    finally:
+      self._final_path = final
+    await asyncio.to_thread(checksums.write_manifest, staging)
+    await asyncio.to_thread(os.rename, staging, final)
 
 
 class CheckpointWriter:
@@ -28,25 +59,30 @@ class CheckpointWriter:
     a full disk), which Orbax never lists, to give their space back. Only the one process that
     holds the workdir's lock writes here, so none of them can be a save in progress."""
     self.directory = pathlib.Path(directory)
-    self._pending = None      # a step whose save was started but not yet listed in a manifest
     self._saving = None       # the step whose save is in progress, if any
     if jax.process_index() == 0 and self.directory.is_dir():
       for partial in self.directory.glob("*.orbax-checkpoint-tmp*"):
         shutil.rmtree(partial, ignore_errors=True)
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices("keynorm_jax partial checkpoints removed")
-    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
-                                           enable_async_checkpointing=True)
+    # Folders are made before save() returns: made in the background, a folder that cannot be
+    # made (a read-only disk) left Orbax's writer threads waiting for it for ever, and the
+    # process with them at exit.
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep, create=True, enable_async_checkpointing=True,
+        async_options=ocp.AsyncOptions(create_directories_asynchronously=False),
+        temporary_path_class=_ListedOnCommit)
     self._manager = ocp.CheckpointManager(self.directory, item_names=ITEMS, options=options)
+    _ignore_abandoned_writes()  # (the writes of a failed save may end after the run's line)
 
   def save(self, step: int, state, data_state: dict, config_dict: dict, history: dict) -> None:
     """Starts saving `step` in the background (the previous save is finished first).
 
-    A save is not started when the disk has less room than the last checkpoint took: the run
-    stops with DiskError before a write fails midway.
+    A save is not started when the disk has less room than the last checkpoint took (for the
+    first one, than the state's bytes): the run stops with DiskError before a write fails midway.
     """
     self.wait()
-    self._check_room(step)
+    self._check_room(step, state)
     self._saving = step
     try:
       self._manager.save(step, args=ocp.args.Composite(
@@ -54,37 +90,30 @@ class CheckpointWriter:
           config=ocp.args.JsonSave(config_dict), history=ocp.args.JsonSave(history)))
     except Exception as e:  # pylint: disable=broad-except
       self._raise_save_error(e)
-    self._pending = step
 
-  def _check_room(self, step: int) -> None:
+  def _check_room(self, step: int, state) -> None:
     steps = finished_steps(self.directory)
-    if not steps:
-      return
-    needed = sum(p.stat().st_size for p in (self.directory / str(steps[-1])).rglob("*")
-                 if p.is_file())
+    if steps:
+      needed = sum(p.stat().st_size for p in (self.directory / str(steps[-1])).rglob("*")
+                   if p.is_file())
+    else:  # the arrays, and room for Orbax's metadata
+      needed = sum(x.nbytes for x in jax.tree.leaves(state) if hasattr(x, "nbytes")) + 2**16
     free = shutil.disk_usage(self.directory).free
     if free < needed:
       raise disk.DiskError(
           f"The disk is full: {free / 2**20:.2f} MiB are free under {self.directory}, less than "
-          f"checkpoint {step} needs (about {needed / 2**20:.2f} MiB), so it was not saved; the "
-          f"previous checkpoint (step {steps[-1]}) is intact. Free some space (or lower "
-          f"--config.max_checkpoints_to_keep) and run the same command again to resume.")
+          f"checkpoint {step} needs (about {needed / 2**20:.2f} MiB), so it was not saved; "
+          f"{self._previous(step)}. Free some space (or lower --config.max_checkpoints_to_keep) "
+          f"and run the same command again to {self._again(step)}.")
 
-  def poll(self) -> None:
-    """Lists a finished save in its checksum manifest (cheap to call after every step)."""
-    step = self._pending
-    if step is not None and (self.directory / str(step)).is_dir():
-      self._pending = None
-      if jax.process_index() == 0:
-        try:
-          checksums.write_manifest(self.directory / str(step))
-        except OSError as e:
-          full = "the disk is full" if disk.is_disk_full(e) else first_line(e)
-          raise (disk.DiskError if disk.is_disk_full(e) else CheckpointError)(
-              f"Checkpoint {step} in {self.directory} is complete, but its checksum manifest "
-              f"could not be written ({full}), so it cannot be verified and a resume will set it "
-              f"aside and use the one before. Free some space and run the same command again to "
-              f"resume.") from None
+  def _previous(self, step: int) -> str:
+    kept = [s for s in finished_steps(self.directory) if s != step]
+    return (f"the previous checkpoint (step {kept[-1]}) is intact" if kept else
+            "no earlier checkpoint exists")
+
+  def _again(self, step: int) -> str:
+    """What running the same command again does."""
+    return "resume" if [s for s in finished_steps(self.directory) if s != step] else "start over"
 
   def wait(self) -> None:
     """Blocks until the save in progress is finished (and listed); raises if it failed."""
@@ -95,7 +124,6 @@ class CheckpointWriter:
     except Exception as e:  # pylint: disable=broad-except
       self._raise_save_error(e)
     self._saving = None
-    self.poll()
 
   def close(self, *, check: bool = True) -> None:
     """Finishes the save in progress (raising if it failed, unless check is False: the run is
@@ -113,20 +141,68 @@ class CheckpointWriter:
       except Exception:  # pylint: disable=broad-except  # reported by wait(), or not asked for
         pass
       self._manager = None
-      if jax.process_index() == 0 and self.directory.is_dir() and not any(
-          self.directory.iterdir()):
-        self.directory.rmdir()
+      if jax.process_index() == 0:
+        try:  # (a read-only mount point cannot be removed, nor needs to be)
+          if self.directory.is_dir() and not any(self.directory.iterdir()):
+            self.directory.rmdir()
+        except OSError:
+          pass
 
   def _raise_save_error(self, error: Exception):
-    step = self._saving if self._saving is not None else self._pending
-    self._saving = self._pending = None
-    kept = [s for s in finished_steps(self.directory) if s != step]
-    previous = (f"the previous checkpoint (step {kept[-1]}) is intact" if kept else
-                "no earlier checkpoint exists")
+    step = self._saving
+    self._saving = None
+    if jax.process_index() == 0:  # give the space of the cut-off save back
+      for partial in self.directory.glob(f"{step}.orbax-checkpoint-tmp*"):
+        shutil.rmtree(partial, ignore_errors=True)
+    previous, again = self._previous(step), self._again(step)
     if disk.is_disk_full(error):
       raise disk.DiskError(
           f"The disk is full: saving checkpoint {step} to {self.directory} failed (No space left "
           f"on device); {previous}. Free some space (or lower "
-          f"--config.max_checkpoints_to_keep) and run the same command again to resume.") from None
+          f"--config.max_checkpoints_to_keep) and run the same command again to {again}.") from None
+    unwritable = _unwritable(error)
+    if unwritable is not None:
+      raise disk.DiskError(
+          f"Cannot write checkpoint {step} to {self.directory} ({unwritable.strerror}); "
+          f"{previous}. Make {self.directory} writable (or pass another --workdir) and run the "
+          f"same command again to {again}.") from None
     raise CheckpointError(f"Saving checkpoint {step} to {self.directory} failed "
                           f"({first_line(error)}); {previous}.") from error
+
+
+def _unwritable(error: BaseException):
+  """The OSError (read-only, permission denied) that `error` was raised from, or None."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in _UNWRITABLE:
+      return error
+    error = error.__cause__ or error.__context__
+  return None
+
+
+def _ignore_abandoned_writes() -> None:
+  """When a save fails (a full disk), the writes it abandoned may still end in TensorStore's
+  threads and try to wake the event loop of the save, closed by then: Python printed a traceback
+  for each ("Event loop is closed"; 2-38 of them), and asyncio a "Task exception was never
+  retrieved", around the run's one line. Those are dropped; any other unraisable error is
+  printed as before."""
+  previous = sys.unraisablehook
+  if getattr(previous, "keynorm_abandoned_writes", False):
+    return
+
+  def hook(unraisable):
+    if not (isinstance(unraisable.exc_value, RuntimeError)
+            and str(unraisable.exc_value) == "Event loop is closed"):
+      previous(unraisable)
+
+  hook.keynorm_abandoned_writes = True
+  sys.unraisablehook = hook
+  logging.getLogger("asyncio").addFilter(_NeverRetrieved())
+
+
+class _NeverRetrieved(logging.Filter):
+  """asyncio's "Task exception was never retrieved" for the abandoned writes' tasks."""
+
+  def filter(self, record):
+    return "exception was never retrieved" not in record.getMessage()

@@ -2,8 +2,8 @@
 
 `<step dir>/_SHA256SUMS` lists every file of the step directory in `sha256sum` format, so it can
 also be checked by hand: `cd <workdir>/checkpoints/<step> && sha256sum -c _SHA256SUMS`. It is
-written (atomically: a temporary file renamed) once Orbax has finalized the step, and checked
-before the step is restored. A step whose manifest is missing, empty or unreadable is unverified
+written (atomically: a temporary file renamed) over the finished step before the step takes its
+final name (checkpoint_writer.py), and checked before the step is restored. A step whose manifest is missing, empty or unreadable is unverified
 (`Unverified`): readers skip it and training sets it aside unless the user trusts it explicitly
 (--trust_unverified_checkpoints), and no manifest is ever written over bytes that were not verified.
 """

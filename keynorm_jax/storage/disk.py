@@ -4,6 +4,7 @@ Both are checked or recognised here so that the run ends with one line that name
 what to do, before any work is lost.
 """
 
+import contextlib
 import errno
 import os
 import pathlib
@@ -17,9 +18,16 @@ class DiskError(RuntimeError):
 def _probe(folder: pathlib.Path) -> None:
   """Creates and removes a small file in `folder` (raises OSError if it cannot)."""
   probe = folder / f".write-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-  with probe.open("wb") as f:
-    f.write(b"ok")
-  probe.unlink()
+  try:
+    with probe.open("wb") as f:
+      f.write(b"ok")
+      f.flush()
+      os.fsync(f.fileno())  # a full disk may only say so here
+  finally:
+    try:
+      probe.unlink()
+    except FileNotFoundError:  # never made
+      pass
 
 
 def ensure_writable(folder, *, what: str, fix: str) -> pathlib.Path:
@@ -54,3 +62,34 @@ def is_disk_full(error: BaseException) -> bool:
       return True
     error = error.__cause__ or error.__context__
   return False
+
+
+def missing_folders(folder) -> list[pathlib.Path]:
+  """`folder` and those of its parents that do not exist yet, deepest first (absolute): what
+  ensure_writable would create, for remove_empty to take back after a refusal."""
+  folder, missing = pathlib.Path(folder).absolute(), []
+  while not folder.exists() and folder != folder.parent:
+    missing.append(folder)
+    folder = folder.parent
+  return missing
+
+
+def remove_empty(folders) -> None:
+  """Removes each of `folders` (deepest first) that is an empty folder; leaves the rest."""
+  for folder in folders:
+    try:
+      folder.rmdir()
+    except OSError:  # not empty, gone, or not removable: left as it is
+      pass
+
+
+@contextlib.contextmanager
+def removed_if_refused(*folders):
+  """Within the block, the folders among `folders` (and their parents) that did not exist before
+  it are removed again, if still empty, when it raises: a refused command leaves no folder."""
+  made = [m for folder in folders if folder for m in missing_folders(folder)]
+  try:
+    yield
+  except BaseException:
+    remove_empty(sorted(set(made), key=lambda p: len(p.parts), reverse=True))
+    raise

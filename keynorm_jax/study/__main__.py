@@ -8,6 +8,12 @@ run keys (e.g. kna_alibi__seed0); --max_runs to a number of new runs; --shard=i/
 from the i-th, so that n processes share one accelerator (README: "The field study").
 """
 
+# First of all, before the imports that take seconds: SIGTERM or Ctrl-C from now on stops the
+# study at its next safe point, in one line with exit code 75 (training/preemption.py).
+from keynorm_jax.training import preemption  # pylint: disable=g-bad-import-order
+if __name__ == "__main__":  # (not when a test imports this file)
+  preemption.install()
+
 import json
 
 from absl import app, flags, logging
@@ -70,9 +76,12 @@ def check_paths(store: RecordStore, *, runs_dir: str, data_dir: str, train: bool
   before any training, so that no run is lost at the end for want of a place to record it."""
   if train:
     check_data_dir(data_dir, flag="--data_dir")
-  disk.ensure_writable(store.directory, what="the records folder", fix="pass a writable --results")
-  if train:
-    disk.ensure_writable(runs_dir, what="the runs folder", fix="pass a writable --runs_dir")
+  # (a refused --runs_dir must not leave the records folder made just before it)
+  with disk.removed_if_refused(store.directory, runs_dir if train else None):
+    disk.ensure_writable(store.directory, what="the records folder",
+                         fix="pass a writable --results")
+    if train:
+      disk.ensure_writable(runs_dir, what="the runs folder", fix="pass a writable --runs_dir")
 
 
 def _checked_options(study: str):

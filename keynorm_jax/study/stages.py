@@ -13,6 +13,7 @@ import pathlib
 from typing import Callable
 
 from keynorm_jax.storage.atomic import write_atomically
+from keynorm_jax.training import preemption
 
 FILE_NAME = "study_stages.json"
 
@@ -48,6 +49,9 @@ class Stages:
     return stages
 
   def run(self, name: str, compute: Callable[[], object]):
+    preemption.check(f"before the evaluation stage {name} of {self.path.parent.name}: its "
+                     f"training and the stages before it are saved in {self.path.parent}. Run "
+                     f"the same command again to go on from that stage.")
     if name in self.done:
       self.resumed.append(name)
       self.echo(f"  {name}: read back from {self.path.name}")

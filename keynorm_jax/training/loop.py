@@ -27,7 +27,7 @@ from keynorm_jax.storage import disk, workdir_lock
 from keynorm_jax.storage.checkpoint_writer import CheckpointWriter
 from keynorm_jax.training import config_changes, preemption, sharding
 from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
-                                       state_restore_args)
+                                               finished_steps, state_restore_args)
 from keynorm_jax.data.eval_sets import eval_windows
 from keynorm_jax.data.tokenizer import join_documents, offsets_encoder
 from keynorm_jax.data.train_stream import train_dataset
@@ -168,37 +168,83 @@ def train_and_evaluate(config, workdir, *, stop_after_steps=None, allow_config_c
     (otherwise it is set aside like a corrupt one).
   """
   user_config = config.to_dict()  # as the user set it, before derived defaults are filled in
+  preemption.check(_BEFORE_TRAINING)
   config = run_config.resolve(config)
   config_changes.check_allowed_names(allow_config_change)
   mesh = sharding.make_mesh(config.num_devices, config.fsdp)
   run_config.validate(config, mesh.size)
-  # The data is read before the workdir is created, so a data refusal leaves no folder behind
-  # (and every process of a multi-host run takes the same steps, whatever each one sees on disk).
+  # The data (and the validation windows) are read before the workdir is created, so a data
+  # refusal leaves no folder behind (and every process of a multi-host run takes the same steps,
+  # whatever each one sees on disk).
   tokens = _tokens(config, "train"), _tokens(config, "validation")
+  validation = _validation_windows(config, tokens[1])
+  preemption.check(_BEFORE_TRAINING)
+  made = disk.missing_folders(workdir)
   workdir = disk.ensure_writable(workdir, what="the workdir",
                                  fix="choose a writable --workdir").resolve()
-  with workdir_lock.hold(workdir), preemption.Watch() as watch:
-    try:
-      checkpoints = RunCheckpoints(workdir, trust_unverified=trust_unverified)
-      return _train(config, user_config, checkpoints, mesh, stop_after_steps,
-                    allow_config_change, watch, tokens)
-    except OSError as e:
-      if disk.is_disk_full(e):
-        raise disk.DiskError(f"The disk under {workdir} is full ({e}); the last checkpoint is "
-                             f"intact. Free some space and run the same command again to "
-                             f"resume.") from None
-      if e.errno in _UNWRITABLE:
-        raise disk.DiskError(f"Cannot write {e.filename or workdir} ({e.strerror}); the last "
-                             f"checkpoint is intact. Make it writable (or pass another "
-                             f"--workdir) and run the same command again.") from None
-      raise
+  try:
+    with workdir_lock.hold(workdir), preemption.Watch() as watch:
+      return _train_in(workdir, config, user_config, mesh, stop_after_steps, allow_config_change,
+                       watch, tokens[0], validation, trust_unverified)
+  except BaseException:
+    _remove_if_unused(workdir, made)
+    raise
+
+
+_BEFORE_TRAINING = ("before training started: there was nothing new to save. Run the same "
+                    "command again to start (or resume).")
+
+
+def _validation_windows(config, validation_tokens):
+  try:
+    return eval_windows(validation_tokens, kind="non_repeated", length=config.train_length,
+                        count=config.eval_windows, train_length=config.train_length)
+  except corpora.DataError as e:
+    raise corpora.DataError(f"{str(e).split(' Lower ')[0]} Lower --config.eval_windows (now "
+                            f"{config.eval_windows}) or --config.train_length, or use a larger "
+                            f"held-out split.") from None
+
+
+def _remove_if_unused(workdir, made) -> None:
+  """Removes a workdir this run created (and the parents it created) if the run ended before
+  writing anything there but its lock: a refused run leaves nothing behind."""
+  if not made:
+    return
+  lock = workdir / "train.lock"
+  try:
+    if {p.name for p in workdir.iterdir()} <= {"train.lock"}:
+      lock.unlink(missing_ok=True)
+  except OSError:
+    return
+  disk.remove_empty(made)
+
+
+def _train_in(workdir, config, user_config, mesh, stop_after_steps, allow_config_change, watch,
+              train_tokens, validation, trust_unverified):
+  try:
+    checkpoints = RunCheckpoints(workdir, trust_unverified=trust_unverified)
+    return _train(config, user_config, checkpoints, mesh, stop_after_steps,
+                  allow_config_change, watch, train_tokens, validation)
+  except OSError as e:
+    steps = finished_steps(workdir / "checkpoints")
+    kept = (f"the last checkpoint (step {steps[-1]}) is intact" if steps else
+            "no checkpoint was written yet")
+    if disk.is_disk_full(e):
+      raise disk.DiskError(f"The disk under {workdir} is full ({e}); {kept}. Free some space "
+                           f"and run the same command again to "
+                           f"{'resume' if steps else 'start'}.") from None
+    if e.errno in _UNWRITABLE:
+      raise disk.DiskError(f"Cannot write {e.filename or workdir} ({e.strerror}); {kept}. "
+                           f"Make it writable (or pass another --workdir) and run the same "
+                           f"command again.") from None
+    raise
 
 
 _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR)
 
 
 def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_config_change, watch,
-           tokens):
+           train_tokens, validation):
   workdir = checkpoints.workdir
   is_main = jax.process_index() == 0
   saved = _saved_config(workdir)  # checked before anything is restored, moved or loaded
@@ -206,7 +252,6 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
     config_changes.resume_changes(saved.config_dict, saved.history, user_config,
                                   config.to_dict(), allow_config_change, workdir)
 
-  train_tokens, validation_tokens = tokens
   dataset = train_dataset(train_tokens, train_length=config.train_length,
                           global_batch_size=config.batch_size, seed=config.seed,
                           process_index=jax.process_index(), process_count=jax.process_count(),
@@ -215,8 +260,6 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
                           retrieval_fraction=config.data.retrieval_fraction,
                           retrieval_tasks=config.data.retrieval_tasks.split(","),
                           encode=offsets_encoder(config.data))
-  validation = eval_windows(validation_tokens, kind="non_repeated", length=config.train_length,
-                            count=config.eval_windows, train_length=config.train_length)
 
   # The phases of the position method (one for most; DroPE: RoPE, then NoPE); the last is the model
   # as trained.
@@ -247,6 +290,9 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
     state = restored.state
     batches.set_state(restored.data_state)
   start_step = int(restored.step) if restored else 0
+  preemption.check(f"before step {start_step + 1}: checkpoint {start_step} in "
+                   f"{checkpoints.directory} is intact and there was nothing new to save. Run the "
+                   f"same command again to resume." if restored else _BEFORE_TRAINING)
   history = config_changes.history_after(restored.history if restored else None, user_config,
                                          start_step, changed)
   saver = CheckpointWriter(checkpoints.directory, max_to_keep=config.max_checkpoints_to_keep)
@@ -275,6 +321,7 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
   last_good = restored.step if restored else None
   logged, tick, tick_step = {}, time.perf_counter(), start_step
   finished = False
+  watch.begin_steps()
   try:
     for step in range(start_step + 1, config.num_train_steps + 1):
       batch = sharding.global_batch(mesh, next(batches))
@@ -282,7 +329,6 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
       if is_main and phase and step == phases[phase - 1].last_step + 1:
         progress.write(f"{config.name}: from step {step}, position {phases[phase].position}")
       state, metrics = train_steps[phase](state, batch)  # dispatched; the host does not wait
-      saver.poll()
       progress.update(1)
       last = step == config.num_train_steps
       evaluate = step % config.eval_every_steps == 0 or last

@@ -136,6 +136,7 @@ def test_bad_input_is_one_line_naming_the_flag_before_any_work(outcomes, cli, ar
   assert last.startswith("error: ") and flag in last, last
   assert not found["trained"]
   assert not (case / "runs").exists() and not (case / "out").exists()
+  assert not (case / "results").exists()              # the study's records folder (--results)
 
 
 @pytest.mark.parametrize("cli, args", GOOD, ids=[c for c, _ in GOOD])

@@ -6,8 +6,12 @@ while they are renamed into place removes the set's files, new and previous alik
 """
 
 import errno
+import hashlib
 import os
 import pathlib
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -107,3 +111,62 @@ def test_a_smaller_set_removes_the_previous_sets_other_files_and_only_them(tmp_p
       "notes.txt", "results.json", "results.md"]
   assert (tmp_path / "results.json").read_text() == "second"
   assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+# Writes results.json, results.csv and results.md ("new <name>") into argv[1] and is killed
+# (SIGKILL) in its second rename: results.json renamed, the others still temporary files.
+_KILLED_WRITER = """
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+from keynorm_jax.evaluation import outputs
+real, calls = os.replace, []
+def replace(src, dst):
+  calls.append(dst)
+  if str(dst).endswith("results.csv"):
+    os.kill(os.getpid(), signal.SIGKILL)
+  real(src, dst)
+os.replace = replace
+outputs.write_files(sys.argv[1], {{n: outputs.text_writer("new " + n) for n in
+                                  ("results.json", "results.csv", "results.md")}}, fix="-")
+"""
+
+
+def _killed_mid_swap(folder):
+  for name in ("results.json", "results.csv", "results.md", "accuracy_by_position.png"):
+    (folder / name).write_text(f"previous {name}")
+  script = _KILLED_WRITER.format(repo=str(pathlib.Path(__file__).resolve().parents[2]))
+  killed = subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True,
+                          text=True, timeout=60)
+  assert killed.returncode == -signal.SIGKILL, killed.stderr
+  assert (folder / "results.json").read_text() == "new results.json"       # the mixed set the
+  assert (folder / "results.csv").read_text() == "previous results.csv"    # issue found
+  assert len(list(folder.glob(f".*{outputs.PARTIAL}"))) == 2
+
+
+def test_a_kill_between_renames_is_finished_by_the_next_write(tmp_path):
+  _killed_mid_swap(tmp_path)
+  outputs.write_files(tmp_path, {"results.json": outputs.text_writer("third"),
+                                 "results.md": outputs.text_writer("third")}, fix="-")
+  # the killed set's results.csv removed with it; the png, never listed in a set, kept; no
+  # .partial file and no journal left
+  assert sorted(os.listdir(tmp_path)) == [outputs.MANIFEST, "accuracy_by_position.png",
+                                          "results.json", "results.md"]
+  assert all((tmp_path / n).read_text() == "third" for n in ("results.json", "results.md"))
+  assert _manifest_matches(tmp_path)
+
+
+def test_recover_finishes_the_killed_set_whole(tmp_path):
+  _killed_mid_swap(tmp_path)
+  outputs.recover(tmp_path)
+  assert sorted(os.listdir(tmp_path)) == [outputs.MANIFEST, "accuracy_by_position.png",
+                                          "results.csv", "results.json", "results.md"]
+  assert all((tmp_path / n).read_text() == f"new {n}"
+             for n in ("results.json", "results.csv", "results.md"))   # one set, no .partial
+  assert _manifest_matches(tmp_path)
+
+
+def _manifest_matches(folder) -> bool:
+  """What `sha256sum -c .written` checks."""
+  lines = (folder / outputs.MANIFEST).read_text().splitlines()
+  return lines and all(hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest
+                       for digest, name in (line.split("  ", 1) for line in lines))

@@ -2,6 +2,7 @@
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -10,10 +11,11 @@ import time
 
 import pytest
 
-from keynorm_jax.storage import disk
+from keynorm_jax.reproduce import run as reproduce_run
+from keynorm_jax.storage import checkpointing, disk
 from keynorm_jax.training import loop as training
 from keynorm_jax.training import metrics_writer, preemption, sharding
-from train_helpers import checkpoint_steps, losses, tiny_config
+from train_helpers import checkpoint_steps, copy_run, losses, tiny_config
 from faults.helpers import REPO
 
 
@@ -117,7 +119,7 @@ def test_a_failing_metrics_writer_ends_the_run_in_one_line(straight_run, tmp_pat
                     lambda self, *a: full() or real_write(self, *a))
     started = time.monotonic()
     with pytest.raises(disk.DiskError, match=r"^The disk under .* is full .*No space left on "
-                                             r"device.*the last checkpoint is intact"):
+                                             r"device.*the last checkpoint \(step 3\) is intact"):
       training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
     assert time.monotonic() - started < 60
   open_files = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
@@ -126,3 +128,120 @@ def test_a_failing_metrics_writer_ends_the_run_in_one_line(straight_run, tmp_pat
   assert checkpoint_steps(tmp_path) == [3]
   training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
   assert losses(tmp_path) == losses(straight_run)
+
+
+@pytest.fixture
+def installed():
+  """preemption.install() as the CLIs call it first, undone afterwards (handlers and state)."""
+  handlers = {s: signal.getsignal(s) for s in preemption.SIGNALS}
+  preemption.install()
+  yield
+  for s, handler in handlers.items():
+    signal.signal(s, handler)
+  preemption._installed, preemption._received = False, None  # pylint: disable=protected-access
+
+
+def _reset_signals():
+  """What a new process starts with: no signal received yet, the handlers installed."""
+  preemption._received = None  # pylint: disable=protected-access
+  preemption.install()
+
+
+def test_a_signal_while_the_data_is_read_stops_before_training_leaving_nothing(
+    installed, tmp_path, data_dir, monkeypatch, capfd):
+  real, calls = training._tokens, []  # pylint: disable=protected-access
+
+  def tokens(*args):
+    calls.append(1)
+    if len(calls) == 1:
+      os.kill(os.getpid(), signal.SIGINT)      # Python's own handler raised KeyboardInterrupt here
+    return real(*args)
+
+  monkeypatch.setattr(training, "_tokens", tokens)
+  with pytest.raises(preemption.Preempted, match=r"^Stopped by SIGINT before training started: "
+                                                  r"there was nothing new to save\. Run the same "
+                                                  r"command again to start \(or resume\)\.$"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path / "new" / "run")
+  assert "SIGINT received: stopping at the next safe point" in capfd.readouterr().err
+  assert not (tmp_path / "new").exists()                      # nothing left behind
+
+
+def test_a_signal_during_the_restore_stops_with_the_checkpoint_intact(
+    installed, straight_run, tmp_path, data_dir, monkeypatch):
+  workdir = copy_run(straight_run, tmp_path, drop_steps=[6])
+  real = checkpointing.RunCheckpoints.restore_latest
+
+  def restore_latest(self, *args, **kwargs):
+    if args:                                                  # the full restore, not the config's
+      os.kill(os.getpid(), signal.SIGTERM)
+    return real(self, *args, **kwargs)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(checkpointing.RunCheckpoints, "restore_latest", restore_latest)
+    with pytest.raises(preemption.Preempted, match=r"^Stopped by SIGTERM before step 4: "
+                                                    r"checkpoint 3 in .*checkpoints is intact and "
+                                                    r"there was nothing new to save\. Run the same "
+                                                    r"command again to resume\.$"):
+      training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
+  assert checkpoint_steps(workdir) == [3]
+  _reset_signals()
+  training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
+  assert losses(workdir) == losses(straight_run)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.5, 2.0])
+def test_cli_ctrl_c_in_the_first_seconds_exits_75_in_one_line(tmp_path, data_dir, delay):
+  """Ctrl-C during the imports, the data or the compile: one line, 75, never a traceback nor a run
+  that goes on (it was lost in a callback of XLA's garbage collection), nothing half made."""
+  workdir = tmp_path / "run"
+  process = subprocess.Popen(
+      [sys.executable, str(REPO / "train.py"), "--config=kna_rope", "--config.model_size=tiny",
+       "--config.train_length=32", "--config.num_train_steps=100000",
+       "--config.checkpoint_every_steps=100000", "--config.model.kernel=reference",
+       f"--config.data.data_dir={data_dir}", f"--workdir={workdir}"], cwd=tmp_path,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  time.sleep(delay)
+  process.send_signal(signal.SIGINT)
+  out, err = process.communicate(timeout=240)
+  assert process.returncode == 75, err[-3000:]
+  for noise in ("Traceback", "Exception ignored", "KeyboardInterrupt"):
+    assert noise not in out + err
+  last = err.strip().splitlines()[-1]
+  if last.startswith("Stopped by SIGINT before training started: "):
+    assert not workdir.exists()
+  else:
+    step = int(re.match(r"Stopped by SIGINT after step (\d+): checkpoint \1 is saved", last)[1])
+    assert checkpoint_steps(workdir) == [step]
+
+
+@pytest.mark.slow
+def test_reproduce_stopped_while_evaluating_says_so_and_goes_on(installed, tmp_path, data_dir,
+                                                                 monkeypatch, reference_kernel,
+                                                                 capsys):
+  """SIGTERM during the reproduction's evaluation (it exited 143 without a word): one line, 75
+  from the CLI, and the rerun evaluates without training again."""
+  real = reproduce_run.evaluate_run
+
+  def signalled(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return real(*args, **kwargs)
+
+  kwargs = dict(runs_dir=tmp_path / "runs", output=tmp_path / "page", variants=["kna_rope"],
+                steps=2, data_dir=data_dir)
+  with monkeypatch.context() as patch:
+    patch.setattr(reproduce_run, "evaluate_run", signalled)
+    with pytest.raises(preemption.Preempted, match=r"^Stopped by SIGTERM while evaluating "
+                                                    r"kna_rope: its training is saved \(checkpoint "
+                                                    r"2 in .*\) and the runs evaluated before it "
+                                                    r"are kept\. Run the same command again to go "
+                                                    r"on from its evaluation\.$") as stopped:
+      reproduce_run.reproduce("tiny", **kwargs)
+  assert stopped.value.exit_code == 75
+  assert not (tmp_path / "page" / "RESULTS.md").exists()
+  _reset_signals()
+  capsys.readouterr()
+  reproduce_run.reproduce("tiny", **kwargs)
+  out = capsys.readouterr().out
+  assert "kna_rope: trained, skipping" in out and "evaluating kna_rope" in out
+  assert (tmp_path / "page" / "RESULTS.md").exists()

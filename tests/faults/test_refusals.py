@@ -2,15 +2,18 @@
 
 import errno
 import os
+import pathlib
 
 import pytest
 
 from keynorm_jax import run_config
+from keynorm_jax.data.corpora import DataError
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.storage import disk, workdir_lock
 from keynorm_jax.training import loop as training
 from keynorm_jax.training import metrics_writer
 from train_helpers import copy_run, losses, tiny_config
+from faults.helpers import cli
 
 
 @pytest.mark.parametrize("change", [
@@ -23,6 +26,70 @@ def test_a_refused_run_leaves_no_workdir_behind(tmp_path, data_dir, change):
   with pytest.raises((ConfigError, ValueError)):
     training.train_and_evaluate(config, tmp_path / "new" / "run")
   assert not (tmp_path / "new" / "run").exists()
+
+
+def test_too_many_eval_windows_are_refused_naming_the_config_field_leaving_nothing(
+    tmp_path, data_dir):
+  """It left train.lock behind (the windows were cut after the workdir was locked), and named
+  eval.py's flags."""
+  with pytest.raises(DataError, match=r"cannot supply 100000 windows of 32 tokens.* Lower "
+                                      r"--config\.eval_windows \(now 100000\) or "
+                                      r"--config\.train_length"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir, eval_windows=100000),
+                                tmp_path / "new" / "run")
+  assert not (tmp_path / "new").exists()
+
+
+def test_a_refusal_after_the_workdir_is_made_removes_it_and_only_it(tmp_path, data_dir,
+                                                                    monkeypatch):
+  def refused(*_):
+    raise ConfigError("refused")
+
+  monkeypatch.setattr(training, "initial_state", refused)     # refused with the workdir locked
+  with pytest.raises(ConfigError, match="^refused$"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path / "new" / "run")
+  assert not (tmp_path / "new").exists()                      # no train.lock, no folder
+  (tmp_path / "mine").mkdir()                                 # a folder the user made: kept
+  with pytest.raises(ConfigError, match="^refused$"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path / "mine")
+  assert (tmp_path / "mine").is_dir()
+
+
+def test_cli_empty_workdir_is_refused_like_the_other_commands(tmp_path):
+  """`--workdir=` trained into ./runs/<config name> with exit 0; eval, reproduce and study
+  refused it."""
+  code, output = cli("train.py", "--config=kna_rope", "--workdir=", cwd=tmp_path)
+  assert code == 1 and "Traceback" not in output
+  assert output.strip().splitlines()[-1] == ("error: --workdir is empty; pass a folder, or leave "
+                                             "it unset for its default.")
+  assert not list(tmp_path.iterdir())                          # no runs/kna_rope
+
+
+def test_a_full_disk_under_the_write_probe_leaves_no_probe_file(tmp_path, monkeypatch):
+  """The probe's file is made, then its bytes do not fit: it was left behind, 0 bytes."""
+  real_open = pathlib.Path.open
+
+  class Full:
+    def __init__(self, f):
+      self.f = f
+    def __enter__(self):
+      return self
+    def __exit__(self, *exc):
+      self.f.close()
+    def write(self, data):
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  def open_full(self, *args, **kwargs):
+    f = real_open(self, *args, **kwargs)
+    return Full(f) if self.name.startswith(".write-probe-") else f
+
+  monkeypatch.setattr(pathlib.Path, "open", open_full)
+  with pytest.raises(disk.DiskError, match=r"^Cannot write to the eval output folder .*out \(No "
+                                           r"space left on device\); free some space there, or "
+                                           r"pass a writable --output\.$"):
+    disk.ensure_writable(tmp_path / "out", what="the eval output folder",
+                         fix="pass a writable --output")
+  assert not list((tmp_path / "out").iterdir())
 
 
 def test_a_refusal_in_an_existing_workdir_keeps_it(straight_run, tmp_path, data_dir):
@@ -54,8 +121,8 @@ def test_read_only_tensorboard_folder_is_one_line(tmp_path, data_dir, monkeypatc
   monkeypatch.setattr(metrics_writer.RecordWriter, "__init__", read_only)
   with pytest.raises(disk.DiskError, match=r"^Cannot write .*tensorboard/events.out.tfevents\S* "
                                            r"\(Read-only file "
-                                           r"system\); the last checkpoint is intact\. Make it "
-                                           r"writable"):
+                                           r"system\); no checkpoint was written yet\. Make "
+                                           r"it writable"):
     training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
 
 
