@@ -137,6 +137,12 @@ class ModelConfig:
     self._check_rope_scaling(method)
     if self.scan_layers:
       self._check_identical_layers()
+    # The CPU layout, chosen once here (not per call): whether the dense layers take the CPU seam's
+    # products (keynorm_jax/cpu/): with the `cpu` kernel, and on a CPU backend with any kernel but
+    # `reference` (everything plain, for A/B). Derived, so not a field: a replaced kernel re-derives
+    # it.
+    object.__setattr__(self, "cpu_ops", self.kernel == "cpu" or (
+        self.kernel != "reference" and jax.default_backend() == "cpu"))
 
   def _check_rope_scaling(self, method):
     scaling = self.trained_rope_scaling
@@ -187,12 +193,6 @@ class ModelConfig:
     or None when model.rope_scaling.type is none."""
     scaling = {**positions.rope_scaling_defaults(), **dict(self.rope_scaling)}
     return None if scaling["type"] == "none" else scaling
-
-  @property
-  def cpu_ops(self) -> bool:
-    """Whether the dense layers take the CPU seam's products (keynorm_jax/cpu/): with the `cpu`
-    kernel, and on a CPU backend with any kernel but `reference` (everything plain, for A/B)."""
-    return self.kernel == "cpu" or (self.kernel != "reference" and jax.default_backend() == "cpu")
 
   @property
   def heads(self) -> int:

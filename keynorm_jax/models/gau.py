@@ -19,11 +19,10 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from keynorm_jax import positions
-from keynorm_jax.models.attention_block import PositionalAttention, layer_specs
+from keynorm_jax.models.attention_block import PositionalAttention
 from keynorm_jax.models.config import ModelConfig
-from keynorm_jax.models.layer_stack import layer_stack
 from keynorm_jax.models.layers import MLP, ScaleOffset, norm_layer, rms_norm
-from keynorm_jax.models.lm_parts import Embedder, sequence_positions
+from keynorm_jax.models.lm_parts import LanguageModel
 from keynorm_jax.models.linear import linear, matmul
 
 
@@ -84,23 +83,13 @@ class GAULayer(nn.Module):
     return nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
 
 
-class GAULM(nn.Module):
-  """Byte-level causal LM: tokens [B, T] -> logits [B, T, vocab] (float32)."""
-  config: ModelConfig
-  column: positions.EvalColumn = positions.EvalColumn()
+class GAULM(LanguageModel):
+  """Byte-level causal LM of GAU layers: tokens [B, T] -> logits [B, T, vocab] (float32). The
+  embedding is followed by the parameter-free RMSNorm (post-norm), or the last layer (pre-norm)."""
+  layer = GAULayer
 
-  @nn.compact
-  def __call__(self, tokens_BxT, deterministic: bool = True):
-    cfg = self.config
-    batch, length = tokens_BxT.shape
-    positions_BxT = sequence_positions(self, cfg, batch, length, deterministic)
-    specs = layer_specs(cfg, self.column, length)
-    embedder = Embedder(cfg, name="embedder")
-    x = embedder(tokens_BxT, positions_BxT)
-    post = cfg.norm_position == "post"
-    if post:
-      x = rms_norm(x)
-    x = layer_stack(GAULayer, cfg, specs, x, positions_BxT, deterministic)
-    if not post:
-      x = rms_norm(x)
-    return embedder.logits(x)
+  def before_layers(self, x):
+    return rms_norm(x) if self.config.norm_position == "post" else x
+
+  def after_layers(self, x):
+    return x if self.config.norm_position == "post" else rms_norm(x)

@@ -1,9 +1,18 @@
-"""The parts of a language model around its layers, shared by both architectures."""
+"""The language model's body, shared by both architectures, and its parts around the layers.
+
+`LanguageModel` is the one body: tokens -> embedding (plus absolute positions) -> the
+architecture's norm before the layers -> the stack of its layers -> its norm after them -> logits.
+An architecture (gau.py, transformer.py) says only which layer it stacks and which norms it puts
+before and after them.
+"""
 
 import flax.linen as nn
 import jax.numpy as jnp
 
+from keynorm_jax import positions
+from keynorm_jax.models.attention_block import layer_specs
 from keynorm_jax.models.config import ModelConfig
+from keynorm_jax.models.layer_stack import layer_stack
 from keynorm_jax.models.layers import ABSOLUTE_POSITIONS
 from keynorm_jax.models.linear import linear
 
@@ -48,3 +57,29 @@ class Embedder(nn.Module):
     x = x.astype(jnp.float32)
     out = self.embed.attend(x) if self.config.tie_embeddings else self.head(x)
     return out.astype(jnp.float32)
+
+
+class LanguageModel(nn.Module):
+  """Causal LM: tokens [B, T] -> logits [B, T, vocab] (float32). Subclasses set `layer` (a module
+  class called as layer(config, spec)(x, positions, deterministic)) and may override
+  `before_layers` and `after_layers` (identity here)."""
+  config: ModelConfig
+  column: positions.EvalColumn = positions.EvalColumn()
+  layer = None
+
+  def before_layers(self, x):
+    return x
+
+  def after_layers(self, x):
+    return x
+
+  @nn.compact
+  def __call__(self, tokens_BxT, deterministic: bool = True):
+    cfg = self.config
+    batch, length = tokens_BxT.shape
+    positions_BxT = sequence_positions(self, cfg, batch, length, deterministic)
+    embedder = Embedder(cfg, name="embedder")
+    x = self.before_layers(embedder(tokens_BxT, positions_BxT))
+    x = layer_stack(self.layer, cfg, layer_specs(cfg, self.column, length), x, positions_BxT,
+                    deterministic)
+    return embedder.logits(self.after_layers(x))

@@ -17,12 +17,11 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from keynorm_jax import positions
-from keynorm_jax.models.attention_block import PositionalAttention, layer_specs
+from keynorm_jax.models.attention_block import PositionalAttention
 from keynorm_jax.models.config import ModelConfig
-from keynorm_jax.models.layer_stack import layer_stack
 from keynorm_jax.models.layers import MLP, norm_layer
 from keynorm_jax.models.linear import linear
-from keynorm_jax.models.lm_parts import Embedder, sequence_positions
+from keynorm_jax.models.lm_parts import LanguageModel
 
 
 def block_norm(cfg: ModelConfig, name: str) -> nn.Module:
@@ -60,18 +59,10 @@ class TransformerBlock(nn.Module):
     return x + nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
 
 
-class TransformerLM(nn.Module):
-  """Byte-level causal LM: tokens [B, T] -> logits [B, T, vocab] (float32)."""
-  config: ModelConfig
-  column: positions.EvalColumn = positions.EvalColumn()
+class TransformerLM(LanguageModel):
+  """Byte-level causal LM of Transformer blocks: tokens [B, T] -> logits [B, T, vocab] (float32);
+  the final norm (a gain: `final_norm`) after the last block."""
+  layer = TransformerBlock
 
-  @nn.compact
-  def __call__(self, tokens_BxT, deterministic: bool = True):
-    cfg = self.config
-    batch, length = tokens_BxT.shape
-    positions_BxT = sequence_positions(self, cfg, batch, length, deterministic)
-    specs = layer_specs(cfg, self.column, length)
-    embedder = Embedder(cfg, name="embedder")
-    x = embedder(tokens_BxT, positions_BxT)
-    x = layer_stack(TransformerBlock, cfg, specs, x, positions_BxT, deterministic)
-    return embedder.logits(block_norm(cfg, "final_norm")(x))
+  def after_layers(self, x):
+    return block_norm(self.config, "final_norm")(x)
