@@ -1,6 +1,6 @@
 """Positions added to the scores, or folded into them, against the independent NumPy references
 (tests/numpy_positions_reference.py): ALiBi (and its inference-time slopes), KERPLE, FIRE,
-scale-invariant attention, stick-breaking and CoPE; and that the biases depend
+scale-invariant attention, stick-breaking, CoPE and FoX's forget gates; and that the biases depend
 only on relative position. Every attention check runs full and in query blocks that really split
 the queries (T = 12 in blocks of 5). The other kinds: test_positions_rotary.py,
 test_positions_scaling.py; the registry's rules: test_positions.py."""
@@ -12,7 +12,7 @@ import pytest
 
 from keynorm_jax import positions
 from attention_cases import attend_options, layer_options
-from keynorm_jax.models.position_bias import FireBias, KerpleLogBias
+from keynorm_jax.models.position_bias import FireBias, ForgetGate, KerpleLogBias
 import numpy_positions_reference as ref
 from positions_helpers import B, BLOCKS, E, H, INV, S, T, check, inputs, per_head_reference
 
@@ -168,3 +168,51 @@ def test_cope(variant, npos, window, block):
   with pytest.raises(ValueError, match="cope_npos must be at least 2"):
     positions.training_method("cope", {"cope_npos": 1})
 
+
+def _forget_gate():
+  """FoX's ForgetGate, its input x [B, T, S] and its own parameters redrawn away from the init
+  (w ~ N(0, 0.5^2), b ~ U(0.5, 2.5): gates from about 0.2 to 0.99, so the decay bites)."""
+  module = ForgetGate(H)
+  rng = np.random.default_rng(15)
+  x = rng.normal(size=(B, T, S)).astype(np.float32)
+  params = module.init(jax.random.PRNGKey(0), x)
+  w_shape, b_shape = (params["params"][n].shape for n in ("w", "b"))
+  params = {"params": {"w": (0.5 * rng.normal(size=w_shape)).astype(np.float32),
+                       "b": rng.uniform(0.5, 2.5, size=b_shape).astype(np.float32)}}
+  return module, params, x
+
+
+def _numpy_log_forget(params, x):
+  """[B, T, H] log f from the module's parameters, by the NumPy reference."""
+  w, b = (np.asarray(params["params"][n], np.float64) for n in ("w", "b"))
+  return np.stack([ref.fox_log_forget(x[row].astype(np.float64), w, b) for row in range(B)])
+
+
+def test_fox_forget_gates():
+  """FoX's gates (Lin et al. 2025): log f_t = log sigmoid(w_h . x_t + b_h), one per head."""
+  module, params, x = _forget_gate()
+  got = module.apply(params, x)
+  assert got.shape == (B, T, H)
+  check(got, _numpy_log_forget(params, x), atol=1e-6)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("variant, window", [("baseline", None), ("kna", 6)])
+def test_fox_attention(variant, window, block):
+  """FoX's attention, o_i = sum_j softmax_j(score_ij + D_ij) v_j with D_ij = sum over l = j+1..i
+  of log f_l (the explicit sums, not the library's cumulative ones), on the gates of the module:
+  the paper's q.k / sqrt(S), and KNA in a window."""
+  module, params, x = _forget_gate()
+  q, k, v = inputs(16)
+  got, _ = attend_options(q, k, v, variant=variant, window=window,
+                          log_forget=module.apply(params, x), query_block=block)
+  log_forget = _numpy_log_forget(params, x)
+  expected = np.zeros(q.shape[:3] + (E,))
+  for row in range(B):
+    bias = ref.fox_bias(log_forget[row])                     # [H, T, T]
+    for h in range(H):
+      expected[row, :, h] = ref.attention(q[row, :, h], k[row, :, h], v[row, :, h],
+                                          variant=variant, window=window, bias=bias[h])
+  check(got, expected)
+  plain, _ = attend_options(q, k, v, variant=variant, window=window, query_block=block)
+  assert np.abs(np.asarray(plain) - expected).max() > 1e-2    # the gates change the output
