@@ -1,8 +1,11 @@
-"""The shared case table of attention settings: every field of attention.Spec and Learned, at
-T = 37 (blocks of 8 really split queries and keys, the last block ragged), for the kernel
-conformance test (test_kernels.py) and the blocked kernel's own tests; and `attend_options`, which
-calls attention.attend with a case's flat options split into its Spec, its Learned and attend's own
-arguments (an option that is none of them is a TypeError, never dropped)."""
+"""The shared case table of attention settings: every field of attention.Spec and Learned, at the
+kernels' shape (shapes.py: T = 37, which every block pair of BLOCKS splits, the last block ragged).
+One table, read by each concern: the kernel conformance test (test_kernels.py: every kernel against
+the reference kernel), the blocked kernel's own tests, and the variants against the explicit-loop
+NumPy reference (test_attention.py: the cases numpy_reference.py can express). And
+`attend_options`, which calls attention.attend with a case's flat options split into its Spec, its
+Learned and attend's own arguments (an option that is none of them is a TypeError, never
+dropped)."""
 
 import dataclasses
 import math
@@ -14,10 +17,7 @@ from keynorm_jax import attention, positions
 from keynorm_jax.models.attention_block import attention_spec
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias
-
-B, T, H, S, E = 2, 37, 4, 8, 6
-INV = np.array([100.0**(-2 * m / S) for m in range(S // 2)], np.float32)
-BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
+from shapes import B, E, H, INV32, S, T
 
 
 def inputs(seed=0, heads=H, kv_heads=None, value_size=E):
@@ -45,47 +45,61 @@ def log_forget(seed):
   return (-np.log1p(np.exp(-z))).astype(np.float32)
 
 
+SSMAX = np.array([0.3, 0.7, 1.1, 1.9], np.float32)   # SSMax's s, one per head
 CASES = {
     "baseline": dict(variant="baseline"),
-    "qna_rope": dict(variant="qna", inv_freq=INV),
-    "kna_rope": dict(variant="kna", inv_freq=INV),
-    "cosa_rope_logn": dict(variant="cosa", inv_freq=INV, cosa_scale=4 * math.log(6), logn_base=6),
-    "yarn_factor_posthoc_logn": dict(variant="kna", inv_freq=INV, attention_factor=1.2,
+    "baseline_rope": dict(variant="baseline", inv_freq=INV32),
+    "qna_rope": dict(variant="qna", inv_freq=INV32),
+    "kna_rope": dict(variant="kna", inv_freq=INV32),
+    "cosa_rope": dict(variant="cosa", inv_freq=INV32, cosa_scale=4 * math.log(6)),
+    "baseline_rope_logn": dict(variant="baseline", inv_freq=INV32, logn_base=6),
+    "qna_logn": dict(variant="qna", logn_base=3),
+    "kna_rope_logn": dict(variant="kna", inv_freq=INV32, logn_base=6),
+    "cosa_rope_logn": dict(variant="cosa", inv_freq=INV32, cosa_scale=4 * math.log(6), logn_base=6),
+    # Each variant with RoPE, log n and SSMax's learnable s together, as a model trains them.
+    "baseline_rope_logn_ssmax": dict(variant="baseline", inv_freq=INV32, logn_base=4,
+                                     ssmax_scale=SSMAX),
+    "qna_rope_logn_ssmax": dict(variant="qna", inv_freq=INV32, logn_base=4, ssmax_scale=SSMAX),
+    "kna_rope_logn_ssmax": dict(variant="kna", inv_freq=INV32, logn_base=4, ssmax_scale=SSMAX),
+    "cosa_rope_logn_ssmax": dict(variant="cosa", inv_freq=INV32, cosa_scale=3.0, logn_base=4,
+                                 ssmax_scale=SSMAX),
+    "yarn_factor_posthoc_logn": dict(variant="kna", inv_freq=INV32, attention_factor=1.2,
                                      posthoc_logn_length=8),
-    "xpos": dict(variant="baseline", inv_freq=INV, xpos_gamma=0.4, xpos_scale_base=8.0),
-    "rerope": dict(variant="baseline", inv_freq=INV, rerope_window=6),
-    "rerope_wider_than_blocks": dict(variant="kna", inv_freq=INV, rerope_window=19, logn_base=6),
-    "rerope_alibi": dict(variant="kna", inv_freq=INV, rerope_window=6,
+    "xpos": dict(variant="baseline", inv_freq=INV32, xpos_gamma=0.4, xpos_scale_base=8.0),
+    "rerope": dict(variant="baseline", inv_freq=INV32, rerope_window=6),
+    "rerope_wider_than_blocks": dict(variant="kna", inv_freq=INV32, rerope_window=19, logn_base=6),
+    "rerope_alibi": dict(variant="kna", inv_freq=INV32, rerope_window=6,
                          alibi_slopes=np.array(positions.alibi_slopes(H), np.float32)),
-    "leaky_rerope": dict(variant="cosa", inv_freq=INV, rerope_window=4, leaky_rerope_factor=3.0,
+    "leaky_rerope": dict(variant="cosa", inv_freq=INV32, rerope_window=4, leaky_rerope_factor=3.0,
                          cosa_scale=3.0),
     "window_smaller_than_block": dict(variant="baseline", window=3),
-    "window_rope": dict(variant="kna", inv_freq=INV, window=11),
+    "window_rope": dict(variant="kna", inv_freq=INV32, window=11),
     "window_alibi": dict(variant="baseline", window=9, alibi_slopes=0.3),
-    "sinks": dict(variant="baseline", inv_freq=INV, window=7, sink_tokens=2),
-    "sinks_over_a_block": dict(variant="baseline", inv_freq=INV, window=4, sink_tokens=10),
+    "sinks": dict(variant="baseline", inv_freq=INV32, window=7, sink_tokens=2),
+    "sinks_over_a_block": dict(variant="baseline", inv_freq=INV32, window=4,
+                               sink_tokens=17),   # more sinks than any key block of BLOCKS
     "sinks_alibi": dict(variant="kna", window=6, sink_tokens=3, alibi_slopes=0.2),
     "alibi_per_head": dict(variant="baseline",
                            alibi_slopes=np.array(positions.alibi_slopes(H), np.float32)),
     "ssmax": dict(variant="qna", ssmax_scale=np.array([0.4, 0.9, 1.7, 1.1], np.float32)),
     "kerple": dict(variant="kna", score_bias=learned_bias(KerpleLogBias(H))),
     "fire": dict(variant="baseline", score_bias=learned_bias(FireBias(H, 16))),
-    "fire_sinks": dict(variant="baseline", inv_freq=INV, window=8, sink_tokens=2,
+    "fire_sinks": dict(variant="baseline", inv_freq=INV32, window=8, sink_tokens=2,
                        score_bias=learned_bias(FireBias(H, 16))),
-    "self_extend": dict(variant="kna", inv_freq=INV, rerope_window=6, self_extend_group=3),
+    "self_extend": dict(variant="kna", inv_freq=INV32, rerope_window=6, self_extend_group=3),
     "scale_invariant_sinks": dict(variant="kna", window=7, sink_tokens=2, scale_invariant_tau=10.0,
-                                  inv_freq=INV * np.array([1, 1, 0, 0], np.float32)),  # p-RoPE
-    "stickbreaking_window_rope": dict(variant="stickbreaking", inv_freq=INV, window=9),
-    "string": dict(variant="baseline", inv_freq=INV, rerope_window=9, string_window=3),
+                                  inv_freq=INV32 * np.array([1, 1, 0, 0], np.float32)),  # p-RoPE
+    "stickbreaking_window_rope": dict(variant="stickbreaking", inv_freq=INV32, window=9),
+    "string": dict(variant="baseline", inv_freq=INV32, rerope_window=9, string_window=3),
     "cope_kna_window": dict(variant="kna", window=9, cope_embeddings=np.random.default_rng(7).normal(
         size=(S, 5)).astype(np.float32)),   # positions reach the cap npos - 1 = 4
-    "dca": dict(variant="kna", inv_freq=INV, dca_chunk=6, dca_length=8),
+    "dca": dict(variant="kna", inv_freq=INV32, dca_chunk=6, dca_length=8),
     "fox_window_kna": dict(variant="kna", window=9, log_forget=log_forget(5)),
-    "shifted_positions": dict(variant="kna", inv_freq=INV, window=10,
+    "shifted_positions": dict(variant="kna", inv_freq=INV32, window=10,
                               positions=np.arange(T) + 1000),
-    "random_positions_per_row": dict(variant="baseline", inv_freq=INV, window=20,
+    "random_positions_per_row": dict(variant="baseline", inv_freq=INV32, window=20,
                                      positions=sorted_random_positions(1)),
-    "random_positions_rerope": dict(variant="kna", inv_freq=INV, rerope_window=30,
+    "random_positions_rerope": dict(variant="kna", inv_freq=INV32, rerope_window=30,
                                     positions=sorted_random_positions(2)),
 }
 

@@ -85,6 +85,19 @@ def fire_bias(T, c, L, f, eps=0.0):
 
 
 # ----------------------------------------------------------------------------- absolute / rotary
+def fox_log_forget(x, w, b):
+  """FoX (Lin et al. 2025, arXiv 2503.02130, eq. 4): per head h a scalar forget gate
+  f_t = sigmoid(w_h . x_t + b_h) of the layer's input x [T, d]; returns log f [T, H] by explicit
+  sums over the input's d features (w [d, H], b [H])."""
+  T, d = x.shape
+  out = np.zeros((T, len(b)))
+  for t in range(T):
+    for h in range(len(b)):
+      z = sum(float(w[m, h]) * float(x[t, m]) for m in range(d)) + float(b[h])
+      out[t, h] = -math.log1p(math.exp(-z))
+  return out
+
+
 def fox_bias(log_forget):
   """FoX (Lin et al. 2025): D[h, i, j] = sum over l = j+1 .. i of log f_l[h] for j <= i (0 on the
   diagonal), from log_forget [T, H]; explicit sums, entries above the diagonal 0 (masked anyway)."""

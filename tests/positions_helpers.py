@@ -1,16 +1,15 @@
-"""Shared inputs and helpers of the position-method tests (test_positions.py,
-test_positions_2025.py): attention inputs, the NumPy reference per head, the comparison, and a
-layer's attend_options() arguments under an inference method."""
+"""Shared inputs and helpers of the position-method tests (test_positions*.py), at the NumPy
+loops' shape (shapes.py: T = 12 in query blocks of 5, 3 heads): attention inputs, the NumPy
+reference per head, the comparison, and a layer's attend_options() arguments under an inference
+method."""
 
 import numpy as np
 
 from keynorm_jax import positions
 from attention_cases import layer_options
 import numpy_positions_reference as ref
-
-B, T, H, S, E = 2, 12, 3, 8, 5
-BLOCKS = (None, 5)
-INV = np.array([100.0**(-2 * m / S) for m in range(S // 2)])
+from shapes import B, INV, S  # noqa: F401  (for the position tests)
+from shapes import LOOP_BLOCKS as BLOCKS, LOOP_E as E, LOOP_H as H, LOOP_T as T
 
 
 def inputs(seed=0, heads=H):

@@ -21,7 +21,8 @@ from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run
 from keynorm_jax.models.position_bias import FireBias
 from keynorm_jax.runs import TrainedRun
-from attention_cases import B, CASES, E, H, INV, T, attend_options, inputs as _inputs
+from attention_cases import CASES, attend_options, inputs as _inputs
+from shapes import B, E, H, INV32, T
 from train_helpers import tiny_config
 
 
@@ -39,7 +40,7 @@ def test_grouped_query_heads(case):
 
 def test_single_head_layout_and_jit():
   q, k, v = (x[:, :, 0] for x in _inputs(4))
-  kwargs = dict(variant="kna", inv_freq=INV, logn_base=6, window=12)
+  kwargs = dict(variant="kna", inv_freq=INV32, logn_base=6, window=12)
   full = attend_options(q, k, v, kernel="reference", **kwargs)
   blocked_fn = jax.jit(lambda q, k, v: attend_options(q, k, v, query_block=8, key_block=8, **kwargs))
   got = blocked_fn(q, k, v)
@@ -51,7 +52,7 @@ def test_positions_out_of_order_with_a_window():
   # The block bounds assume nothing about the order of positions: a permutation still matches.
   q, k, v = _inputs(5)
   perm = np.random.default_rng(0).permutation(T)
-  kwargs = dict(variant="baseline", inv_freq=INV, window=9, sink_tokens=2, positions=perm)
+  kwargs = dict(variant="baseline", inv_freq=INV32, window=9, sink_tokens=2, positions=perm)
   _check(attend_options(q, k, v, query_block=8, key_block=8, **kwargs),
          attend_options(q, k, v, kernel="reference", **kwargs))
 
@@ -105,8 +106,9 @@ def test_gradients_of_learned_bias_and_ssmax():
   q, k, v = _inputs(8)
 
   def loss(params, ssmax, q, k, v, **blocks):
-    return _loss(*attend_options(q, k, v, variant="baseline", inv_freq=INV, window=9, sink_tokens=2,
-                         score_bias=module.apply(params), ssmax_scale=ssmax, **blocks))
+    return _loss(*attend_options(q, k, v, variant="baseline", inv_freq=INV32, window=9,
+                                 sink_tokens=2, score_bias=module.apply(params),
+                                 ssmax_scale=ssmax, **blocks))
 
   args = (params, jnp.array([0.4, 0.9, 1.7, 1.1]), q, k, v)
   full = jax.grad(lambda *a: loss(*a, kernel="reference"), argnums=(0, 1, 2, 3, 4))(*args)

@@ -1,9 +1,9 @@
-"""The `xla` and `cudnn` kernels (jax.nn.dot_product_attention on pre-scaled q, k) against the
-reference kernel in float32: the same outputs for every variant and every position setting of the
-position methods they can express, at 3x the settings' training length (T = 24; windows of 5), and
-the same gradients (q, k, v, SSMax's s) for the settings a model trains with (the variants also
-against the blocked kernel in query blocks of 7); what they cannot express is refused; a model
-with model.kernel=xla; the cuDNN fallback."""
+"""The `xla` and `cudnn` kernels (jax.nn.dot_product_attention on pre-scaled q, k) beyond the
+shared conformance test (test_kernels.py, which checks every kernel on attention_cases.CASES): here
+the position registry as a model resolves it, each training method under each inference method that
+applies to it (POSITION_SETTINGS), against the reference kernel in float32 at 3x the training
+length (T = 24; windows of 5), with gradients for the settings a model trains with; the registry's
+coverage; what they cannot express is refused; a model with model.kernel=xla; the cuDNN fallback."""
 
 import dataclasses
 import logging
@@ -21,9 +21,10 @@ from keynorm_jax.models import ModelConfig
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias
 from keynorm_jax.models.transformer import TransformerLM
 from attention_cases import attend_options, layer_options, learned_bias, mods_of
+from shapes import B, H, INV32, S
 
-B, T, H, S = 2, 24, 4, 8
-TRAIN = 8   # training length of the position settings: T is 3x it
+TRAIN = 8        # the training length of the position settings
+T = 3 * TRAIN    # not the shared T = 37: the inference methods at a whole 3x their training length
 
 
 def _inputs(seed, kv_heads=H):
@@ -45,49 +46,34 @@ def fused_attention(q, k, v, **kwargs):
   return attend_options(q, k, v, kernel="xla", need_entropy=False, **kwargs)[0]
 
 
-def _compare(q, k, v, kwargs, ssmax=None, blocks=(None,), gradients=True):
-  """Outputs and gradients of the xla kernel and the reference (or blocked, in `blocks`)."""
+def _compare(q, k, v, kwargs, gradients=True):
+  """Outputs and gradients (q, k, v) of the xla kernel and the reference kernel."""
   cotangent = jnp.asarray(np.random.default_rng(9).normal(size=q.shape[:3] + v.shape[-1:]),
                           jnp.float32)
 
-  def loss(path, q, k, v, s):
-    extra = {} if s is None else {"ssmax_scale": s}
-    out = path(q, k, v, **kwargs, **extra)
+  def loss(path, q, k, v):
+    out = path(q, k, v, **kwargs)
     return jnp.sum(out * cotangent), out
 
   def run(path):
     if not gradients:
-      return loss(path, q, k, v, ssmax)[1], ()
-    argnums = (1, 2, 3) if ssmax is None else (1, 2, 3, 4)
-    (_, out), grads = jax.value_and_grad(loss, argnums=argnums, has_aux=True)(path, q, k, v,
-                                                                              ssmax)
+      return loss(path, q, k, v)[1], ()
+    (_, out), grads = jax.value_and_grad(loss, argnums=(1, 2, 3), has_aux=True)(path, q, k, v)
     return out, grads
 
   got, got_grads = run(fused_attention)
-  for block in blocks:
-    kernel = "reference" if block is None else "blocked"
-    want, want_grads = run(lambda *a, **kw: attend_options(*a, **kw, kernel=kernel, query_block=block)[0])
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5, rtol=2e-5)
-    for g, w in zip(got_grads, want_grads):
-      np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=5e-5, rtol=5e-5)
+  want, want_grads = run(lambda *a, **kw: attend_options(*a, **kw, kernel="reference")[0])
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5, rtol=2e-5)
+  for g, w in zip(got_grads, want_grads):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=5e-5, rtol=5e-5)
 
 
-@pytest.mark.parametrize("variant", ["baseline", "qna", "kna", "cosa"])
-@pytest.mark.parametrize("logn, ssmax", [(False, False), (True, True)])
-def test_every_variant_with_rope_and_log_n(variant, logn, ssmax):
-  q, k, v = _inputs(0)
-  inv_freq, _ = positions.spec.rotary_inv_freq(positions.RotarySpec(base=100.0), rotary_dim=S,
-                                               train_length=TRAIN, seq_length=T)
-  kwargs = dict(variant=variant, inv_freq=inv_freq, logn_base=TRAIN / 2 if logn else None,
-                cosa_scale=3.0 if variant == "cosa" else None)
-  s = jnp.asarray([0.3, 0.7, 1.1, 1.9], jnp.float32) if ssmax else None
-  _compare(q, k, v, kwargs, ssmax=s, blocks=(7,))
-
-
-# Training method -> the inference methods that apply to it. sinusoidal and learned give the
-# attention nothing (their positions are on the embedding): nope covers them. The RoPE scalings
-# linear, dynamic_ntk and llama3 only change inv_freq, as ntk does.
-SETTINGS = {
+# Not attention options (those are attention_cases.CASES) but the registry's names: training
+# method -> the inference methods that apply to it, each resolved as a model resolves it
+# (layer_spec, then layer_options). sinusoidal and learned give the attention nothing (their positions are on the
+# embedding): nope covers them. The RoPE scalings linear and dynamic_ntk only change inv_freq, as
+# ntk does.
+POSITION_SETTINGS = {
     "rope": ["none", "ntk", "yarn", "llama3", "window", "posthoc_logn"],
     "xpos": ["none", "yarn", "window"],
     "p_rope": ["none", "ntk"],
@@ -102,8 +88,8 @@ SETTINGS = {
     "fire": ["none", "window"],
 }
 # The inference methods the kernels merge from two calls (forward only).
-SETTINGS["rope"] += ["leaky_rerope", "rerope", "streaming", "self_extend", "yarn_temperature",
-                     "string"]
+POSITION_SETTINGS["rope"] += ["leaky_rerope", "rerope", "streaming", "self_extend",
+                              "yarn_temperature", "string"]
 REFUSED_COLUMNS = {"dca"}   # three rotations chosen by chunk: the einsum kernels
 
 
@@ -114,7 +100,8 @@ def _column(name):
   return positions.EvalColumn(positions.inference_method(name, **options))
 
 
-@pytest.mark.parametrize("method, column", [(m, c) for m, cs in SETTINGS.items() for c in cs])
+@pytest.mark.parametrize("method, column",
+                         [(m, c) for m, cs in POSITION_SETTINGS.items() for c in cs])
 def test_every_fusable_position_setting(method, column):
   """Each training method (every layer of it: HWFA's and RNoPE-SWA's window layers and their last) under the
   inference methods that apply to it, with KNA and grouped-query attention (2 kv heads)."""
@@ -140,11 +127,12 @@ def test_every_fusable_position_setting(method, column):
 
 
 def test_every_position_method_is_covered_or_refused():
-  """A new position method must be added to SETTINGS (or to the refused: FoX's data-dependent
-  bias, scale-invariant attention's factors and CoPE's positions go to the einsum kernels)."""
+  """A new position method must be added to POSITION_SETTINGS (or to the refused: FoX's
+  data-dependent bias, scale-invariant attention's factors and CoPE's positions go to the einsum
+  kernels)."""
   on_embedding = {"sinusoidal", "learned"}
   refused = {"fox", "scale_invariant", "cope"}
-  assert set(positions.TRAINING_METHODS.names()) == set(SETTINGS) | on_embedding | refused
+  assert set(positions.TRAINING_METHODS.names()) == set(POSITION_SETTINGS) | on_embedding | refused
   log_forget = np.zeros((B, T, H), np.float32)
   shape = Shape(B, T, H, H, S, S, np.float32)
   assert "forget-gate" in dot_product.expressible(mods_of(log_forget=log_forget), shape)
@@ -155,7 +143,7 @@ def test_every_position_method_is_covered_or_refused():
     assert positions.training_method(name).layer_spec(
         layer=0, num_layers=1, num_heads=H, rope_theta=1e4, train_length=TRAIN) == \
         positions.AttentionSpec()
-  covered = ({c for cs in SETTINGS.values() for c in cs} | {"linear", "dynamic_ntk"}
+  covered = ({c for cs in POSITION_SETTINGS.values() for c in cs} | {"linear", "dynamic_ntk"}
              | REFUSED_COLUMNS)
   assert set(positions.INFERENCE_METHODS.names()) <= covered
 
@@ -164,12 +152,11 @@ def test_the_settings_that_matter_really_differ():
   """The comparisons above are not vacuous: window, ALiBi, YaRN, log n, ReRoPE and sinks change
   the output."""
   q, k, v = _inputs(3)
-  inv = np.array([100.0**(-2 * m / S) for m in range(S // 2)], np.float32)
-  plain = np.asarray(fused_attention(q, k, v, variant="kna", inv_freq=inv))
+  plain = np.asarray(fused_attention(q, k, v, variant="kna", inv_freq=INV32))
   for extra in (dict(window=5), dict(alibi_slopes=np.float32(0.5)), dict(attention_factor=1.2),
                 dict(logn_base=4.0), dict(posthoc_logn_length=4), dict(rerope_window=3),
                 dict(window=5, sink_tokens=2)):
-    changed = np.asarray(fused_attention(q, k, v, variant="kna", inv_freq=inv, **extra))
+    changed = np.asarray(fused_attention(q, k, v, variant="kna", inv_freq=INV32, **extra))
     assert np.abs(changed - plain).max() > 1e-3, extra
 
 

@@ -14,9 +14,10 @@ from keynorm_jax import attention
 from keynorm_jax.attention import kernels
 from keynorm_jax.attention.kernels import dot_product
 from keynorm_jax.attention.kernels.base import Shape
-from attention_cases import CASES, E, H, S, T, attend_options, inputs, mods_of
+from attention_cases import CASES, attend_options, inputs, mods_of
+from shapes import BLOCKS, E, H, S, T
 
-# Kernel -> the cases it refuses (a reason each), and the block sizes it runs with (blocked).
+# Kernel -> the cases it refuses (a reason each). The blocked kernel runs case i in BLOCKS[i % 4].
 REFUSED = {
     "reference": set(),
     "cpu": set(),
@@ -29,13 +30,13 @@ REFUSED = {
             "cope_kna_window", "dca"},
     "cudnn": set(CASES) | {"values_wider"},   # refused on a CPU: "cuDNN runs on a GPU only"
 }
-BLOCKS = [(8, 8), (8, 5), (16, 8), (5, 16)]
 # The same cases with the GAU's layout (values wider than q and k) for the shape refusals.
 ALL_CASES = sorted(CASES) + ["values_wider"]
 GRADIENT_CASES = ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block", "window_alibi",
                   "xpos", "random_positions_per_row", "ssmax", "cosa_rope_logn", "fire_sinks",
                   "fire", "values_wider", "fox_window_kna", "scale_invariant_sinks",
-                  "stickbreaking_window_rope", "cope_kna_window", "dca"]
+                  "stickbreaking_window_rope", "cope_kna_window", "dca", "baseline_rope_logn_ssmax",
+                  "qna_rope_logn_ssmax", "kna_rope_logn_ssmax", "cosa_rope_logn_ssmax"]
 # Computed forward only (two calls merged by log-sum-exps): differentiating them raises.
 FORWARD_ONLY = {"xla": {"rerope", "leaky_rerope", "sinks_over_a_block", "fire_sinks",
                         "self_extend", "string"}}

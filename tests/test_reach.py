@@ -13,9 +13,10 @@ from attention_cases import attend_options, split_options
 from keynorm_jax.attention.reach import attend_with_reach
 from keynorm_jax.evaluation.diagnostics import reach_summary, run_diagnostics
 import numpy_positions_reference as ref
+from shapes import B, INV, S
+from shapes import LOOP_E as E, LOOP_H as H, LOOP_T as T   # the NumPy loops' shape
 
-B, T, H, S, E, BUCKET = 2, 12, 2, 8, 3, 4
-INV = np.array([100.0**(-2 * m / S) for m in range(S // 2)])
+BUCKET = 4   # keys per reach block: a divisor of T = 12, so that the blocks are whole
 
 
 def _probabilities(q, k, **kwargs):

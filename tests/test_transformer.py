@@ -76,7 +76,8 @@ def _per_head_kwargs(cfg, params_np, length):
   return kwargs
 
 
-BLOCKS = [
+# Transformer blocks (model settings; the attention's block sizes are shapes.BLOCKS).
+TRANSFORMER_BLOCKS = [
     dict(attention="kna"),
     dict(attention="baseline", position="alibi", norm="layernorm", mlp="gelu", num_heads=4,
          num_kv_heads=2),
@@ -88,7 +89,7 @@ BLOCKS = [
 ]
 
 
-@pytest.mark.parametrize("changes", BLOCKS)
+@pytest.mark.parametrize("changes", TRANSFORMER_BLOCKS)
 @pytest.mark.parametrize("kernel", ["cpu", "xla"])
 def test_transformer_block_matches_numpy(changes, kernel):
   cfg = dataclasses.replace(_transformer(**changes), kernel=kernel)   # xla: where it applies
