@@ -122,9 +122,9 @@ def _same_but_speed(a, b):
 
 
 # Trains the tiny group in the workdir argv[1] (TFDS data in argv[2]) and kills itself with SIGKILL
-# while the batches of step 5 are placed (after checkpoint 3, before 6).
+# while the batches of step 5 are placed, once checkpoint 3 (saved in the background) is listed.
 _KILLED_GROUP = textwrap.dedent("""
-    import os, signal, sys
+    import os, signal, sys, time
     sys.path[:0] = [{tests!r}]
     import conftest  # the tests' XLA flags and devices
     from keynorm_jax.training import loop as training, seed_group
@@ -133,6 +133,8 @@ _KILLED_GROUP = textwrap.dedent("""
     def global_batch(*args):
       calls.append(1)
       if len(calls) == 5:
+        while not os.path.isdir(os.path.join(sys.argv[1], "checkpoints", "3")):
+          time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGKILL)
       return real(*args)
     seed_group.global_batch = global_batch
