@@ -19,7 +19,7 @@ from keynorm_jax.training import loop as training
 from keynorm_jax.training import preemption, seed_group
 from keynorm_jax.training.metrics_writer import read_metrics
 from train_helpers import checkpoint_steps, tiny_config
-from faults.helpers import REPO
+from faults.helpers import REPO, cli
 
 KEYS = ("loss", "accuracy", "grad_norm", "eval_loss", "eval_accuracy")
 
@@ -218,3 +218,25 @@ def test_fsdp_with_a_group_is_refused_in_one_line(tmp_path, data_dir):
     training.train_and_evaluate(tiny_config(data_dir=data_dir, num_seeds=2, fsdp=4),
                                 tmp_path / "run")
   assert not (tmp_path / "run").exists()
+
+
+def test_evaluating_a_group_is_refused_in_one_line(straight_group, tmp_path):
+  code, output = cli("eval.py", f"--workdir={straight_group}", f"--output={tmp_path}",
+                     "--lengths=32", "--num_windows=1")
+  assert code != 0 and "Traceback" not in output
+  assert (f"{straight_group} holds a seed group of 2 (seeds 0 to 1); evaluating groups is not "
+          f"supported yet" in output)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["kna_drope", "kna_randomized_rope"])
+def test_phases_and_random_positions_train_in_a_group(tmp_path, data_dir, name):
+  """DroPE (a model per phase, the same steps for every member) and randomized RoPE (positions
+  drawn from each member's key): member 1 of a group gives the losses of --config.seed=1."""
+  training.train_and_evaluate(tiny_config(name, data_dir=data_dir, num_devices=1, num_seeds=2),
+                              tmp_path / "group")
+  training.train_and_evaluate(tiny_config(name, data_dir=data_dir, num_devices=1, seed=1),
+                              tmp_path / "single")
+  member = [m["loss"] for m in read_metrics(tmp_path / "group") if m["seed"] == 1]
+  np.testing.assert_allclose(member, [m["loss"] for m in read_metrics(tmp_path / "single")],
+                             rtol=1e-5)
