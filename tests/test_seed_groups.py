@@ -18,7 +18,7 @@ from keynorm_jax.storage import checkpointing
 from keynorm_jax.training import loop as training
 from keynorm_jax.training import preemption, seed_group
 from keynorm_jax.training.metrics_writer import read_metrics
-from train_helpers import checkpoint_steps, tiny_config
+from train_helpers import checkpoint_steps, copy_run, tiny_config
 from faults.helpers import REPO, cli
 
 KEYS = ("loss", "accuracy", "grad_norm", "eval_loss", "eval_accuracy")
@@ -210,6 +210,13 @@ def test_num_seeds_0_is_refused_before_training(tmp_path, data_dir):
   with pytest.raises(run_config.ConfigError, match=r"^--config.num_seeds=0 is not allowed"):
     training.train_and_evaluate(tiny_config(data_dir=data_dir, num_seeds=0), tmp_path / "run")
   assert not (tmp_path / "run").exists()
+
+
+def test_a_group_resumed_with_another_num_seeds_is_refused(tmp_path, data_dir, straight_group):
+  workdir = copy_run(straight_group, tmp_path)
+  with pytest.raises(run_config.ConfigError, match=r"num_seeds"):
+    training.train_and_evaluate(_group_config(data_dir, num_seeds=3), workdir)
+  assert checkpoint_steps(workdir) == [3, 6] and not (workdir / "corrupt_checkpoints").exists()
 
 
 def test_fsdp_with_a_group_is_refused_in_one_line(tmp_path, data_dir):

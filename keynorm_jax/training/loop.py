@@ -6,7 +6,8 @@ corrupt or cut off is set aside and the one before is used; a second process on 
 is refused; a kill -9 at any moment loses only the steps since the last checkpoint; a full disk
 or an unwritable workdir ends it with one line, the last checkpoint intact; SIGTERM or SIGINT
 saves a checkpoint at the step in flight and stops (preemption.py); a run reads its data before it
-creates its workdir, so a refused run leaves no folder behind.
+creates its workdir, so a refused run leaves no folder behind. A seed group (--config.num_seeds)
+trains its members' stacked states through the same loop (seed_group.py).
 """
 
 import errno
@@ -338,13 +339,14 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
             f"{workdir / config_changes.HISTORY_FILE}): " +
             ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items()), flush=True)
 
+  def step_of(phase_model):  # a group: the members' steps vmapped into one, each its own key
+    if group:
+      return seed_group.train_step(lambda key: make_train_step(phase_model, tx, key), seeds)
+    return make_train_step(phase_model, tx, jax.random.PRNGKey(config.seed + 1))
+
   # One jitted step and scorer per phase (DroPE: RoPE, then NoPE), compiled when first used.
-  # (A group: the members' steps vmapped into one, each with its own dropout key.)
-  train_steps = [jax.jit(seed_group.train_step(lambda key, m=phase.model: make_train_step(m, tx, key),
-                                               seeds) if group else
-                         make_train_step(phase.model, tx, jax.random.PRNGKey(config.seed + 1)),
-                         out_shardings=(state_sharding, None), donate_argnums=0)
-                 for phase in phases]
+  train_steps = [jax.jit(step_of(phase.model), out_shardings=(state_sharding, None),
+                         donate_argnums=0) for phase in phases]
   scorers = [make_scorer(phase.model) for phase in phases]
   metrics_writer = MetricsWriter(workdir, resume_step=start_step, enabled=is_main,
                                  seeds=seeds if group else None)
