@@ -77,10 +77,10 @@ def test_a_group_of_two_equals_the_two_single_runs(tmp_path, data_dir):
     for step, row in alone.items():
       for key in KEYS:
         if key in row:
-          np.testing.assert_allclose(member[step][key], row[key], rtol=2e-4, atol=1e-5,
+          np.testing.assert_allclose(member[step][key], row[key], rtol=1e-5, atol=1e-6,
                                      err_msg=f"seed {seed} step {step} {key}")
     params = _restored(tmp_path / str(seed), single).state["params"]
-    jax.tree.map(lambda g, p: np.testing.assert_allclose(g, p, rtol=2e-3, atol=2e-5),
+    jax.tree.map(lambda g, p: np.testing.assert_allclose(g, p, rtol=1e-5, atol=1e-6),
                  seed_group.member(stacked["params"], i), params)
   # The members differ: another initialization, dropout and data order each.
   assert _rows(tmp_path / "group", 3)[1]["loss"] != _rows(tmp_path / "group", 4)[1]["loss"]
