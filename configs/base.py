@@ -76,6 +76,8 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   c.weight_decay = 0.01
   c.grad_clip_norm = 1.0
   c.seed = 0
+  c.num_seeds = 1                 # >1: a seed group, seeds seed .. seed + num_seeds - 1 trained as
+                                  # one program (vmapped, spread over devices): docs/training.md
   c.num_devices = 0               # 0 = every device; the global batch is split over them
   c.fsdp = 1                      # devices that share each parameter and optimizer array (FSDP)
 

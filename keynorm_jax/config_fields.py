@@ -91,6 +91,7 @@ FIELDS = {
     "grad_clip_norm": Field(float, low=0.0, low_open=True,
                             meaning="the global gradient norm gradients are clipped to"),
     "seed": _count(low=0),
+    "num_seeds": _count(meaning="seeds trained together as one group: seed, seed + 1, ..."),
     "num_devices": _count(low=0, meaning="0 = every device"),
     "fsdp": _count(meaning="devices sharing each parameter array"),
     "log_every_steps": _count(),

@@ -4,7 +4,8 @@ The newest checkpoint that passes its checksum check and restores is used: a cor
 deleted by a training run still writing the workdir, is skipped (with a warning) and nothing on
 disk is moved or written. Only the parameters are read, so a run evaluates whatever optimizer it
 was trained with. A run whose position method changes during training (DroPE) is evaluated as the
-model that trained its checkpoint's last step (phases.py).
+model that trained its checkpoint's last step (phases.py). A seed group's workdir
+(--config.num_seeds > 1) is refused in one line for now.
 """
 
 import dataclasses
@@ -13,6 +14,7 @@ import pathlib
 import jax
 
 from keynorm_jax import run_config
+from keynorm_jax.errors import ConfigError
 from keynorm_jax.models import init_params
 from keynorm_jax.runs.phases import config_at_step
 from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
@@ -74,6 +76,10 @@ def load_run(workdir, *, warn=None, trust_unverified=False) -> TrainedRun:
 
   def state_args(config_dict, step_dir):
     config = run_config.resolve(run_config.config_from_json_dict(config_dict))
+    if config.num_seeds > 1:  # the stacked state of training/seed_group.py
+      raise ConfigError(f"{workdir} holds a seed group of {config.num_seeds} (seeds "
+                        f"{config.seed} to {config.seed + config.num_seeds - 1}); evaluating "
+                        f"groups is not supported yet: evaluate single runs (--config.seed=S).")
     target = abstract_params(config, device)
     check_params_match(step_dir, target, fix="Evaluate it with the version of keynorm-jax that "
                                              "trained it, or retrain.")

@@ -65,12 +65,15 @@ def first_line(error: BaseException) -> str:
 
 def _check_finite(state) -> None:
   for path, leaf in jax.tree_util.tree_leaves_with_path(state):
-    if isinstance(leaf, jax.Array):
-      leaf = leaf.addressable_data(0)  # replicated: every process holds the whole array
-    value = np.asarray(leaf)
-    if np.issubdtype(value.dtype, np.inexact) and not np.isfinite(value).all():
-      raise NonFiniteCheckpoint(f"its state holds NaN or infinite values (first: "
-                                f"{jax.tree_util.keystr(path)})")
+    if isinstance(leaf, jax.Array):  # each distinct part this process holds (a seed group's
+      parts = {str(s.index): s.data for s in leaf.addressable_shards}.values()  # are split)
+    else:
+      parts = [leaf]
+    for part in parts:
+      value = np.asarray(part)
+      if np.issubdtype(value.dtype, np.inexact) and not np.isfinite(value).all():
+        raise NonFiniteCheckpoint(f"its state holds NaN or infinite values (first: "
+                                  f"{jax.tree_util.keystr(path)})")
 
 
 def state_restore_args(abstract_state) -> ocp.args.StandardRestore:

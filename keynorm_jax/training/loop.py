@@ -6,7 +6,8 @@ corrupt or cut off is set aside and the one before is used; a second process on 
 is refused; a kill -9 at any moment loses only the steps since the last checkpoint; a full disk
 or an unwritable workdir ends it with one line, the last checkpoint intact; SIGTERM or SIGINT
 saves a checkpoint at the step in flight and stops (preemption.py); a run reads its data before it
-creates its workdir, so a refused run leaves no folder behind.
+creates its workdir, so a refused run leaves no folder behind. A seed group (--config.num_seeds)
+trains its members' stacked states through the same loop (seed_group.py).
 """
 
 import errno
@@ -25,7 +26,7 @@ from keynorm_jax import run_config
 from keynorm_jax.data import corpora
 from keynorm_jax.storage import disk, workdir_lock
 from keynorm_jax.storage.checkpoint_writer import CheckpointWriter
-from keynorm_jax.training import config_changes, preemption, sharding
+from keynorm_jax.training import config_changes, preemption, seed_group, sharding
 from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
                                                finished_steps, state_restore_args)
 from keynorm_jax.data.eval_sets import eval_windows
@@ -112,6 +113,17 @@ def _tokens(config, split):
 
 
 
+def _member_rows(metrics: dict, members: int) -> list[dict]:
+  """A step's fetched metrics as one dict of floats per member (members = 0: a single run's)."""
+  if not members:
+    return [{k: float(v) for k, v in metrics.items()}]
+  return [{k: float(v[i]) for k, v in metrics.items()} for i in range(members)]
+
+
+def _mean(rows: list[dict], key: str) -> float:
+  return sum(r[key] for r in rows) / len(rows)
+
+
 def _non_finite(metrics: dict) -> str | None:
   """What became NaN or infinite in a step's metrics (None if all is finite)."""
   for key, what in (("loss", "the loss"), ("grad_norm", "the gradient norm"),
@@ -158,7 +170,8 @@ def _refuse_to_start_over(checkpoints: RunCheckpoints) -> None:
 
 def train_and_evaluate(config, workdir, *, stop_after_steps=None, allow_config_change=(),
                        trust_unverified=False):
-  """Trains (or resumes) the run in `workdir`; returns the last logged metrics.
+  """Trains (or resumes) the run in `workdir`; returns the last logged metrics (a seed group:
+  a list of them, one per member, each with its "seed").
 
   stop_after_steps: stop once this many steps are done in all, without a final checkpoint, as a
     killed run would (for tests of resumption).
@@ -171,8 +184,12 @@ def train_and_evaluate(config, workdir, *, stop_after_steps=None, allow_config_c
   preemption.check(_BEFORE_TRAINING)
   config = run_config.resolve(config)
   config_changes.check_allowed_names(allow_config_change)
-  mesh = sharding.make_mesh(config.num_devices, config.fsdp)
-  run_config.validate(config, mesh.size)
+  group = seed_group.is_group(config)
+  if group:
+    seed_group.check(config, jax.process_count())
+  mesh = (seed_group.make_mesh(config) if group else
+          sharding.make_mesh(config.num_devices, config.fsdp))
+  run_config.validate(config, seed_group.batch_devices(mesh) if group else mesh.size)
   # The data (and the validation windows) are read before the workdir is created, so a data
   # refusal leaves no folder behind (and every process of a multi-host run takes the same steps,
   # whatever each one sees on disk).
@@ -252,14 +269,16 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
     config_changes.resume_changes(saved.config_dict, saved.history, user_config,
                                   config.to_dict(), allow_config_change, workdir)
 
-  dataset = train_dataset(train_tokens, train_length=config.train_length,
-                          global_batch_size=config.batch_size, seed=config.seed,
-                          process_index=jax.process_index(), process_count=jax.process_count(),
-                          copy_fraction=config.data.copy_fraction,
-                          copy_symbols=config.data.copy_symbols,
-                          retrieval_fraction=config.data.retrieval_fraction,
-                          retrieval_tasks=config.data.retrieval_tasks.split(","),
-                          encode=offsets_encoder(config.data))
+  group = seed_group.is_group(config)
+  seeds = seed_group.member_seeds(config)  # [config.seed] for a single run
+  datasets = [train_dataset(train_tokens, train_length=config.train_length,
+                            global_batch_size=config.batch_size, seed=seed,
+                            process_index=jax.process_index(), process_count=jax.process_count(),
+                            copy_fraction=config.data.copy_fraction,
+                            copy_symbols=config.data.copy_symbols,
+                            retrieval_fraction=config.data.retrieval_fraction,
+                            retrieval_tasks=config.data.retrieval_tasks.split(","),
+                            encode=offsets_encoder(config.data)) for seed in seeds]
 
   # The phases of the position method (one for most; DroPE: RoPE, then NoPE); the last is the model
   # as trained.
@@ -267,9 +286,14 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
   model = phases[-1].model
   tx = make_optimizer(config)
   schedule = learning_rate_schedule(config)
-  state_sharding = sharding.state_shardings(  # replicated, or split over fsdp
-      mesh, jax.eval_shape(lambda: init_state(model, tx, config.seed, config.train_length)))
-  target = abstract_state(model, tx, config.seed, config.train_length, state_sharding)
+  if group:  # the members' states stacked, split over the seed axis
+    init_one = lambda seed: init_state(model, tx, seed, config.train_length)
+    state_sharding = seed_group.state_shardings(mesh, seed_group.abstract_state(init_one, seeds))
+    target = seed_group.abstract_state(init_one, seeds, state_sharding)
+  else:
+    state_sharding = sharding.state_shardings(  # replicated, or split over fsdp
+        mesh, jax.eval_shape(lambda: init_state(model, tx, config.seed, config.train_length)))
+    target = abstract_state(model, tx, config.seed, config.train_length, state_sharding)
 
   def state_args(config_dict, step_dir):  # another version's model is refused, not set aside
     del config_dict
@@ -278,11 +302,12 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
     return state_restore_args(target)
 
   restored = checkpoints.restore_latest(state_args, with_data=True)
-  batches = iter(dataset)
+  batches = seed_group.MemberBatches(datasets) if group else iter(datasets[0])
   changed = {}
   if restored is None:
     _refuse_to_start_over(checkpoints)
-    state = initial_state(model, tx, config.seed, config.train_length, mesh, state_sharding)
+    state = (seed_group.initial_state(init_one, seeds, state_sharding) if group else
+             initial_state(model, tx, config.seed, config.train_length, mesh, state_sharding))
   else:
     changed = config_changes.resume_changes(restored.config_dict, restored.history, user_config,
                                             config.to_dict(), allow_config_change, workdir)
@@ -297,12 +322,16 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
                                          start_step, changed)
   saver = CheckpointWriter(checkpoints.directory, max_to_keep=config.max_checkpoints_to_keep)
   if is_main:
-    (workdir / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+    saved_config = {**config.to_dict(), **({"member_seeds": seeds} if group else {})}
+    (workdir / "config.json").write_text(json.dumps(saved_config, indent=2))
     if restored is None or changed:
       config_changes.append_history_line(workdir, event="change" if changed else "start",
                                          step=start_step, changed=changed,
                                          user_config=user_config)
-    print(f"{config.name}: {count_params(state['params']):,} parameters, {mesh.size} device(s), "
+    members = (f" per member, a group of {len(seeds)} seeds ({seeds[0]} to {seeds[-1]}),"
+               if group else ",")
+    print(f"{config.name}: {count_params(state['params']) // len(seeds):,} parameters{members} "
+          f"{mesh.size} device(s), "
           f"{'resuming at step ' + str(start_step) if start_step else 'starting'} in {workdir}",
           flush=True)
     if changed:
@@ -310,12 +339,17 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
             f"{workdir / config_changes.HISTORY_FILE}): " +
             ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items()), flush=True)
 
+  def step_of(phase_model):  # a group: the members' steps vmapped into one, each its own key
+    if group:
+      return seed_group.train_step(lambda key: make_train_step(phase_model, tx, key), seeds)
+    return make_train_step(phase_model, tx, jax.random.PRNGKey(config.seed + 1))
+
   # One jitted step and scorer per phase (DroPE: RoPE, then NoPE), compiled when first used.
-  train_steps = [jax.jit(make_train_step(phase.model, tx, jax.random.PRNGKey(config.seed + 1)),
-                         out_shardings=(state_sharding, None), donate_argnums=0)
-                 for phase in phases]
+  train_steps = [jax.jit(step_of(phase.model), out_shardings=(state_sharding, None),
+                         donate_argnums=0) for phase in phases]
   scorers = [make_scorer(phase.model) for phase in phases]
-  metrics_writer = MetricsWriter(workdir, resume_step=start_step, enabled=is_main)
+  metrics_writer = MetricsWriter(workdir, resume_step=start_step, enabled=is_main,
+                                 seeds=seeds if group else None)
   progress = tqdm.tqdm(total=config.num_train_steps, initial=start_step, disable=not is_main,
                        desc=config.name, dynamic_ncols=True)
   last_good = restored.step if restored else None
@@ -324,7 +358,7 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
   watch.begin_steps()
   try:
     for step in range(start_step + 1, config.num_train_steps + 1):
-      batch = sharding.global_batch(mesh, next(batches))
+      batch = (seed_group.global_batch if group else sharding.global_batch)(mesh, next(batches))
       phase = phase_of(phases, step)
       if is_main and phase and step == phases[phase - 1].last_step + 1:
         progress.write(f"{config.name}: from step {step}, position {phases[phase].position}")
@@ -337,23 +371,32 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
       if not (step % config.log_every_steps == 0 or evaluate or stopping or preempted
               or step % config.checkpoint_every_steps == 0):
         continue  # metrics are fetched (and checked for NaN) only at log / eval / save steps
-      metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+      rows = _member_rows(jax.device_get(metrics), len(seeds) if group else 0)
       now = time.perf_counter()
-      if evaluate and _non_finite(metrics) is None:
-        correct, nll = score_windows(scorers[phase], state["params"], validation,
-                                     config.batch_size)
-        metrics.update(eval_loss=float(nll.mean()), eval_accuracy=float(correct.mean()))
-      problem = _non_finite(metrics)
-      if problem:
-        saver.wait()
-        raise _non_finite_error(problem, step, last_good, config, workdir)
-      del metrics["state_finite"]
-      progress.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['accuracy']:.3f}")
+      for i, metrics in enumerate(rows):
+        if evaluate and _non_finite(metrics) is None:
+          params = seed_group.member(state["params"], i) if group else state["params"]
+          correct, nll = score_windows(scorers[phase], params, validation, config.batch_size)
+          metrics.update(eval_loss=float(nll.mean()), eval_accuracy=float(correct.mean()))
+        problem = _non_finite(metrics)
+        if problem:
+          saver.wait()
+          if group:
+            problem = f"seed {seeds[i]} of the group (seeds {seeds[0]} to {seeds[-1]}): {problem}"
+          raise _non_finite_error(problem, step, last_good, config, workdir)
+        del metrics["state_finite"]
+      progress.set_postfix(loss=f"{_mean(rows, 'loss'):.3f}", acc=f"{_mean(rows, 'accuracy'):.3f}")
       if step % config.log_every_steps == 0 or evaluate:
-        tokens = (step - tick_step) * config.batch_size * config.train_length
-        logged = {**metrics, "learning_rate": float(schedule(step - 1)),
-                  "tokens_per_second": tokens / max(now - tick, 1e-9)}
-        metrics_writer.write(step, logged)
+        tokens = (step - tick_step) * config.batch_size * config.train_length  # per member
+        logged = [{**metrics, "learning_rate": float(schedule(step - 1)),
+                   "tokens_per_second": tokens / max(now - tick, 1e-9)} for metrics in rows]
+        if group:  # one row per member, with its seed
+          for seed, row in zip(seeds, logged):
+            metrics_writer.write(step, row, seed)
+          logged = [{"seed": seed, **row} for seed, row in zip(seeds, logged)]
+        else:
+          logged = logged[0]
+          metrics_writer.write(step, logged)
         tick, tick_step = time.perf_counter(), step
       if step % config.checkpoint_every_steps == 0 or last or preempted:
         saver.save(step, state, batches.get_state(), config.to_dict(), history)
@@ -370,5 +413,5 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
     progress.close()
     metrics_writer.close(check=finished)
     saver.close(check=finished)
-  logging.info("Finished at step %d: %s", int(state["step"]), logged)
+  logging.info("Finished at step %d: %s", int(jnp.max(state["step"])), logged)
   return logged

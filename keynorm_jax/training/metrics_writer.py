@@ -12,6 +12,8 @@ Safe against a run being killed at any moment:
   resumed run's event file starts with a purge marker at the first step after the restored one:
   TensorBoard then hides what a killed run had logged past its checkpoint, so no step shows twice,
   and the new file holds only the steps after the restored one.
+- A seed group (training/seed_group.py) writes one metrics.jsonl row per member per logged step,
+  with its `seed`, and each member's TensorBoard scalars in tensorboard/seed_<seed>/.
 """
 
 import json
@@ -79,8 +81,10 @@ class TensorBoardEvents:
 
 
 class MetricsWriter:
+  """seeds: a seed group's member seeds (None: a single run); write() then takes the seed."""
 
-  def __init__(self, workdir, *, resume_step: int = 0, enabled: bool = True, warn=_print):
+  def __init__(self, workdir, *, resume_step: int = 0, enabled: bool = True, warn=_print,
+               seeds=None):
     self.enabled = enabled
     if not enabled:
       return
@@ -88,29 +92,40 @@ class MetricsWriter:
     self.path = workdir / "metrics.jsonl"
     kept = [m for m in read_metrics(workdir, warn=warn) if m.get("step", 0) <= resume_step]
     write_atomically(self.path, "".join(json.dumps(m) + "\n" for m in kept))
-    logdir = workdir / "tensorboard"
-    earlier = logdir.is_dir() and any(logdir.glob("events.out.tfevents.*"))
-    self.tensorboard = TensorBoardEvents(logdir, purge_step=resume_step + 1 if earlier else None)
+    logdirs = {None: workdir / "tensorboard"} if seeds is None else {
+        seed: workdir / "tensorboard" / f"seed_{seed}" for seed in seeds}
     self._file = self.path.open("a")
+    self._boards = {}
+    try:
+      for seed, logdir in logdirs.items():
+        earlier = logdir.is_dir() and any(logdir.glob("events.out.tfevents.*"))
+        self._boards[seed] = TensorBoardEvents(
+            logdir, purge_step=resume_step + 1 if earlier else None)
+    except BaseException:
+      self.close(check=False)
+      raise
+    self.tensorboard = self._boards.get(None)
 
-  def write(self, step: int, scalars: dict) -> None:
+  def write(self, step: int, scalars: dict, seed: int | None = None) -> None:
+    """One row: the step (and, in a seed group, the member's seed) and the scalars."""
     if not self.enabled:
       return
     values = {k: float(v) for k, v in scalars.items()}
-    self._file.write(json.dumps({"step": int(step), **values}) + "\n")
+    row = {"step": int(step), **({} if seed is None else {"seed": int(seed)}), **values}
+    self._file.write(json.dumps(row) + "\n")
     self._file.flush()
-    self.tensorboard.write(int(step), values)
+    self._boards[seed].write(int(step), values)
 
   def close(self, *, check: bool = True) -> None:
-    """Closes both files; a failure (e.g. a full disk) is raised only if check is True (the run is
-    not already ending with another error)."""
+    """Closes every file (metrics.jsonl, then the event files); the first failure (e.g. a full
+    disk) is raised only if check is True (the run is not already ending with another error)."""
     if not self.enabled:
       return
-    try:
+    failures = []
+    for close in (self._file.close, *(board.close for board in self._boards.values())):
       try:
-        self._file.close()
-      finally:
-        self.tensorboard.close()
-    except OSError:
-      if check:
-        raise
+        close()
+      except OSError as e:
+        failures.append(e)
+    if failures and check:
+      raise failures[0]

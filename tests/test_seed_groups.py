@@ -1,0 +1,249 @@
+"""Seed groups (--config.num_seeds): the group against the single runs it replaces, its seed axis
+over 8 devices against one, its kill -9 and preemption resumes, and its refusals."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from keynorm_jax import config_fields, run_config
+from keynorm_jax.storage import checkpointing
+from keynorm_jax.training import loop as training
+from keynorm_jax.training import preemption, seed_group
+from keynorm_jax.training.metrics_writer import read_metrics
+from train_helpers import checkpoint_steps, copy_run, tiny_config
+from faults.helpers import REPO, cli
+
+KEYS = ("loss", "accuracy", "grad_norm", "eval_loss", "eval_accuracy")
+
+
+def _group_config(data_dir, **overrides):
+  return tiny_config(data_dir=data_dir, **{"num_seeds": 2, "num_devices": 1, **overrides})
+
+
+def _rows(workdir, seed=None):
+  """{step: row} of a run's metrics (of one member of a group)."""
+  return {m["step"]: m for m in read_metrics(workdir) if m.get("seed") == seed}
+
+
+def _restored(workdir, config):
+  """The newest checkpoint's state, restored as training restores it (a group's stacked)."""
+  config = run_config.resolve(config)
+  model, tx = run_config.build_model(config), training.make_optimizer(config)
+  if seed_group.is_group(config):
+    target = seed_group.abstract_state(
+        lambda s: training.init_state(model, tx, s, config.train_length),
+        seed_group.member_seeds(config))
+  else:
+    target = training.abstract_state(model, tx, config.seed, config.train_length)
+  return checkpointing.RunCheckpoints(workdir, read_only=True).restore_latest(
+      lambda *_: checkpointing.state_restore_args(target), with_data=True)
+
+
+@pytest.fixture(scope="module")
+def straight_group(tmp_path_factory, data_dir):
+  """An uninterrupted tiny group of seeds 0 and 1 on one device, 6 steps (checkpoints 3, 6)."""
+  workdir = tmp_path_factory.mktemp("group")
+  training.train_and_evaluate(_group_config(data_dir), workdir)
+  return workdir
+
+
+@pytest.mark.slow
+def test_a_group_of_two_equals_the_two_single_runs(tmp_path, data_dir):
+  """Seeds 3 and 4 as one group against --config.seed=3 and --config.seed=4 run alone, 20 steps
+  with dropout (each member's own key): every logged metric at every step, and the parameters."""
+  steps = dict(num_train_steps=20, checkpoint_every_steps=10, eval_every_steps=10, seed=3)
+  group = _group_config(data_dir, **steps)
+  group.model.dropout = 0.1
+  training.train_and_evaluate(group, tmp_path / "group")
+  stacked = _restored(tmp_path / "group", group).state
+  saved = json.loads((tmp_path / "group" / "config.json").read_text())
+  assert saved["num_seeds"] == 2 and saved["member_seeds"] == [3, 4]
+  assert sorted(p.name for p in (tmp_path / "group" / "tensorboard").iterdir()) == [
+      "seed_3", "seed_4"]
+  for i, seed in enumerate((3, 4)):
+    single = tiny_config(data_dir=data_dir, num_devices=1, **{**steps, "seed": seed})
+    single.model.dropout = 0.1
+    training.train_and_evaluate(single, tmp_path / str(seed))
+    alone, member = _rows(tmp_path / str(seed)), _rows(tmp_path / "group", seed)
+    assert sorted(member) == sorted(alone) == list(range(1, 21))
+    for step, row in alone.items():
+      for key in KEYS:
+        if key in row:
+          np.testing.assert_allclose(member[step][key], row[key], rtol=1e-5, atol=1e-6,
+                                     err_msg=f"seed {seed} step {step} {key}")
+    params = _restored(tmp_path / str(seed), single).state["params"]
+    jax.tree.map(lambda g, p: np.testing.assert_allclose(g, p, rtol=1e-5, atol=1e-6),
+                 seed_group.member(stacked["params"], i), params)
+  # The members differ: another initialization, dropout and data order each.
+  assert _rows(tmp_path / "group", 3)[1]["loss"] != _rows(tmp_path / "group", 4)[1]["loss"]
+
+
+@pytest.mark.slow
+def test_the_seed_axis_over_8_devices_equals_one_device(tmp_path, data_dir):
+  """8 seeds on 8 devices (one member on each) give the losses and parameters of the same group
+  vmapped on one device."""
+  for n in (1, 8):
+    config = _group_config(data_dir, num_seeds=8, num_devices=n, num_train_steps=3)
+    training.train_and_evaluate(config, tmp_path / str(n))
+  rows = {n: sorted((m["step"], m["seed"], m["loss"]) for m in read_metrics(tmp_path / str(n)))
+          for n in (1, 8)}
+  assert [(s, seed) for s, seed, _ in rows[8]] == [(s, seed) for s in (1, 2, 3) for seed in range(8)]
+  np.testing.assert_allclose([l for *_, l in rows[8]], [l for *_, l in rows[1]], rtol=1e-5)
+  one, eight = (_restored(tmp_path / str(n), config).state for n in (1, 8))
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), one, eight)
+
+
+def test_the_mesh_spreads_seeds_then_splits_each_batch():
+  for num_seeds, devices, shape in ((8, 8, (8, 1)), (2, 8, (2, 4)), (3, 8, (1, 8)), (4, 1, (1, 1))):
+    config = tiny_config(num_seeds=num_seeds, num_devices=devices)
+    assert tuple(seed_group.make_mesh(config).devices.shape) == shape
+
+
+def test_stopped_and_resumed_group_matches_uninterrupted(tmp_path, data_dir, straight_group):
+  config = _group_config(data_dir)
+  training.train_and_evaluate(config, tmp_path, stop_after_steps=4)
+  training.train_and_evaluate(config, tmp_path)                      # resumes from step 3
+  _same_but_speed(tmp_path, straight_group)
+
+
+def _same_but_speed(a, b):
+  """Every logged value but tokens_per_second equal, exactly."""
+  strip = lambda w: [{k: v for k, v in m.items() if k != "tokens_per_second"}
+                     for m in read_metrics(w)]
+  assert strip(a) == strip(b)
+
+
+# Trains the tiny group in the workdir argv[1] (TFDS data in argv[2]) and kills itself with SIGKILL
+# while the batches of step 5 are placed, once checkpoint 3 (saved in the background) is listed.
+_KILLED_GROUP = textwrap.dedent("""
+    import os, signal, sys, time
+    sys.path[:0] = [{tests!r}]
+    import conftest  # the tests' XLA flags and devices
+    from keynorm_jax.training import loop as training, seed_group
+    from train_helpers import tiny_config
+    real, calls = seed_group.global_batch, []
+    def global_batch(*args):
+      calls.append(1)
+      if len(calls) == 5:
+        while not os.path.isdir(os.path.join(sys.argv[1], "checkpoints", "3")):
+          time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+      return real(*args)
+    seed_group.global_batch = global_batch
+    training.train_and_evaluate(tiny_config(data_dir=sys.argv[2], num_seeds=2, num_devices=1),
+                                sys.argv[1])
+""")
+
+
+@pytest.mark.slow
+def test_a_group_killed_with_sigkill_resumes_bit_exactly(tmp_path, data_dir, straight_group):
+  workdir = tmp_path / "run"
+  killed = subprocess.run([sys.executable, "-c", _KILLED_GROUP.format(tests=str(REPO / "tests")),
+                           str(workdir), data_dir], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+  assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+  assert checkpoint_steps(workdir) == [3]
+  assert {m["step"] for m in read_metrics(workdir)} == {1, 2, 3, 4}
+  training.train_and_evaluate(_group_config(data_dir), workdir)
+  _same_but_speed(workdir, straight_group)
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b),
+               _restored(workdir, _group_config(data_dir)).state,
+               _restored(straight_group, _group_config(data_dir)).state)
+
+
+def test_a_preempted_group_saves_and_resumes_exactly(tmp_path, data_dir, straight_group,
+                                                    monkeypatch):
+  real, calls = seed_group.global_batch, []
+
+  def global_batch(*args):
+    calls.append(1)
+    if len(calls) == 4:
+      os.kill(os.getpid(), signal.SIGTERM)
+    return real(*args)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(seed_group, "global_batch", global_batch)
+    with pytest.raises(preemption.Preempted, match=r"^Stopped by SIGTERM after step 4: "
+                                                    r"checkpoint 4 is saved"):
+      training.train_and_evaluate(_group_config(data_dir), tmp_path)
+  assert checkpoint_steps(tmp_path) == [3, 4]
+  training.train_and_evaluate(_group_config(data_dir), tmp_path)
+  _same_but_speed(tmp_path, straight_group)
+
+
+def test_a_member_that_goes_non_finite_stops_the_group_naming_its_seed(tmp_path, data_dir,
+                                                                      monkeypatch):
+  real = training.init_params
+
+  def seed_1_infinite(model, seed, length):  # traced under the group's vmap: a where, not an if
+    return jax.tree.map(lambda p: jnp.where(seed == 1, jnp.inf, p), real(model, seed, length))
+
+  monkeypatch.setattr(training, "init_params", seed_1_infinite)
+  with pytest.raises(training.NonFiniteLossError,
+                     match=r"^Seed 1 of the group \(seeds 0 to 1\): the loss became nan at or "
+                           r"before step 1 .*nothing non-finite was saved\. No checkpoint"):
+    training.train_and_evaluate(_group_config(data_dir, num_train_steps=3), tmp_path)
+  assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("value, valid", [(0, "an integer >= 1"), (-2, "an integer >= 1"),
+                                          (1.5, "an integer >= 1"), ("two", "an integer >= 1")])
+def test_bad_num_seeds_are_refused_in_one_line(value, valid):
+  config = run_config.resolve(tiny_config())
+  config = type(config)({**config.to_dict(), "num_seeds": value})   # as a saved config holds it
+  with pytest.raises(run_config.ConfigError) as refused:
+    config_fields.check(config)
+  assert str(refused.value) == (f"--config.num_seeds={value!r} is not allowed: num_seeds (seeds "
+                                f"trained together as one group: seed, seed + 1, ...) must be "
+                                f"{valid}.")
+
+
+def test_num_seeds_0_is_refused_before_training(tmp_path, data_dir):
+  with pytest.raises(run_config.ConfigError, match=r"^--config.num_seeds=0 is not allowed"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir, num_seeds=0), tmp_path / "run")
+  assert not (tmp_path / "run").exists()
+
+
+def test_a_group_resumed_with_another_num_seeds_is_refused(tmp_path, data_dir, straight_group):
+  workdir = copy_run(straight_group, tmp_path)
+  with pytest.raises(run_config.ConfigError, match=r"num_seeds"):
+    training.train_and_evaluate(_group_config(data_dir, num_seeds=3), workdir)
+  assert checkpoint_steps(workdir) == [3, 6] and not (workdir / "corrupt_checkpoints").exists()
+
+
+def test_fsdp_with_a_group_is_refused_in_one_line(tmp_path, data_dir):
+  with pytest.raises(run_config.ConfigError,
+                     match=r"^--config.num_seeds=2 with --config.fsdp=4: a seed group .*FSDP"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir, num_seeds=2, fsdp=4),
+                                tmp_path / "run")
+  assert not (tmp_path / "run").exists()
+
+
+def test_evaluating_a_group_is_refused_in_one_line(straight_group, tmp_path):
+  code, output = cli("eval.py", f"--workdir={straight_group}", f"--output={tmp_path}",
+                     "--lengths=32", "--num_windows=1")
+  assert code != 0 and "Traceback" not in output
+  assert (f"{straight_group} holds a seed group of 2 (seeds 0 to 1); evaluating groups is not "
+          f"supported yet" in output)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["kna_drope", "kna_randomized_rope"])
+def test_phases_and_random_positions_train_in_a_group(tmp_path, data_dir, name):
+  """DroPE (a model per phase, the same steps for every member) and randomized RoPE (positions
+  drawn from each member's key): member 1 of a group gives the losses of --config.seed=1."""
+  training.train_and_evaluate(tiny_config(name, data_dir=data_dir, num_devices=1, num_seeds=2),
+                              tmp_path / "group")
+  training.train_and_evaluate(tiny_config(name, data_dir=data_dir, num_devices=1, seed=1),
+                              tmp_path / "single")
+  member = [m["loss"] for m in read_metrics(tmp_path / "group") if m["seed"] == 1]
+  np.testing.assert_allclose(member, [m["loss"] for m in read_metrics(tmp_path / "single")],
+                             rtol=1e-5)
