@@ -5,7 +5,9 @@ results/field/ (skips the rest), writing each record as soon as its run is done,
 results/field/FIELD.md, its run log (NOTES.md), the figures and the generated tables of RESULTS.md
 (between their markers). Stop it any time; the next invocation continues. --runs limits it to some
 run keys (e.g. kna_alibi__seed0); --max_runs to a number of new runs; --shard=i/n to every n-th run
-from the i-th, so that n processes share one accelerator (README: "The field study").
+from the i-th, so that n processes share one accelerator (README: "The field study");
+--plan=preregistered to the pre-registered pairs instead of the field plan; --group_seeds trains the
+runs that differ only by seed as seed groups, still one record per seed (study/groups.py).
 """
 
 # First of all, before the imports that take seconds: SIGTERM or Ctrl-C from now on stops the
@@ -27,7 +29,7 @@ from keynorm_jax.study.provenance import provenance
 from keynorm_jax.study.records import RESULTS_ROOT, RecordStore
 from keynorm_jax.study.report import write_report
 from keynorm_jax.study.results_page import update_page
-from keynorm_jax.study.runner import record_plan_key, run_one
+from keynorm_jax.study.session import run_plan
 
 _SCALE = flags.DEFINE_enum("scale", "cpu", list(plan.SCALES), "Study scale.")
 _RUNS = flags.DEFINE_list("runs", None,
@@ -40,6 +42,12 @@ _DATA_DIR = flags.DEFINE_string("data_dir", "", "TFDS data dir (default: TFDS's)
 _SHARD = flags.DEFINE_string("shard", "", "i/n (0 <= i < n): only every n-th planned run, starting "
                              "at the i-th, for n worker processes on one machine; the report is "
                              "then left to a final --report_only.")
+_PLAN = flags.DEFINE_enum("plan", "field", list(plan.PLANS), "The runs to train: field (the field "
+                          "study's plan) or preregistered (the pre-registered Baseline / KNA RoPE "
+                          "pairs, seeds 3-10; docs/study.md).")
+_GROUP_SEEDS = flags.DEFINE_bool("group_seeds", False, "Train the unrecorded runs that differ only "
+                                 "by seed, on consecutive seeds, as one seed group each "
+                                 "(--config.num_seeds); one record per seed all the same.")
 _KEEP_RUNS = flags.DEFINE_bool("keep_runs", False, "Keep each run's workdir (checkpoints) after "
                                "its record is written, e.g. to run more diagnostics on it.")
 
@@ -88,7 +96,7 @@ def _checked_options(study: str):
   """(the record store, the selected entries) once every option is checked, before any work."""
   check_options(max_runs=_MAX_RUNS.value, runs_dir=_RUNS_DIR.value, results=_RESULTS.value)
   store = RecordStore(study) if _RESULTS.value is None else RecordStore(study, root=_RESULTS.value)
-  entries = selected_runs(plan.field_runs(), _RUNS.value, _SHARD.value)
+  entries = selected_runs(plan.PLANS[_PLAN.value](), _RUNS.value, _SHARD.value)
   check_paths(store, runs_dir=_RUNS_DIR.value, data_dir=_DATA_DIR.value,
               train=not _REPORT_ONLY.value)
   return store, entries
@@ -100,7 +108,10 @@ def main(argv):
   study = "field" if _SCALE.value == "cpu" else f"field_{_SCALE.value}"
   store, entries = cli.run_or_exit(lambda: _checked_options(study), name_type=False)
   provenance()  # the code this process runs, read before any run starts
-  cli.run_or_exit(lambda: _run_plan(entries, store))  # as train.py (preemption: exit 75)
+  if not _REPORT_ONLY.value:  # as train.py (preemption: exit 75)
+    cli.run_or_exit(lambda: run_plan(entries, store, scale=_SCALE.value, runs_dir=_RUNS_DIR.value,
+                                     data_dir=_DATA_DIR.value, max_runs=_MAX_RUNS.value,
+                                     keep_runs=_KEEP_RUNS.value, group_seeds=_GROUP_SEEDS.value))
   if _SHARD.value and not _REPORT_ONLY.value:
     print(f"Shard {_SHARD.value} done; when every shard is, rebuild the report with --report_only.")
     return
@@ -118,22 +129,6 @@ def reproduction_record():
   beside the field's, or None."""
   path = RESULTS_ROOT / "cpu" / "results.json"
   return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _run_plan(entries, store: RecordStore) -> None:
-  """Trains, evaluates and records each entry without a record (up to --max_runs new ones)."""
-  done = 0
-  for index, entry in enumerate(entries, 1):
-    if _REPORT_ONLY.value or (_MAX_RUNS.value and done >= _MAX_RUNS.value):
-      break
-    if store.find(entry.key, record_plan_key(entry, _SCALE.value)):
-      print(f"[{index}/{len(entries)}] {entry.key}: recorded, skipping", flush=True)
-      continue
-    print(f"[{index}/{len(entries)}] {entry.key}: training and evaluating", flush=True)
-    path = run_one(entry, scale=_SCALE.value, store=store, runs_dir=_RUNS_DIR.value,
-                   data_dir=_DATA_DIR.value, keep_run=_KEEP_RUNS.value)
-    print(f"  recorded {path}", flush=True)
-    done += 1
 
 
 if __name__ == "__main__":

@@ -166,11 +166,27 @@ def retrieval_runs() -> list[StudyRun]:
   names = list(RETRIEVAL_FIRST) + [n for n in names if n not in RETRIEVAL_FIRST]
   seeds = [f"{prefix}{c}" for c in RETRIEVAL_SEEDED for prefix in ("", "transformer_")]
   seeds += RETRIEVAL_SEEDED_TRANSFORMER_ONLY
-  def entry(name, seed=0):
-    model = () if name.startswith("transformer_") else RETRIEVAL_GAU_MODEL
-    return StudyRun(name, seed, RETRIEVAL_COPY_FRACTION, RETRIEVAL_FRACTION, model)
-  return ([entry(n) for n in names] + [entry(n, seed) for seed in (1, 2) for n in seeds]
-          + [entry(n, 1) for n in RETRIEVAL_SEEDED_GAU_PAIR])
+  return ([retrieval_entry(n) for n in names]
+          + [retrieval_entry(n, seed) for seed in (1, 2) for n in seeds]
+          + [retrieval_entry(n, 1) for n in RETRIEVAL_SEEDED_GAU_PAIR])
+
+
+def retrieval_entry(name: str, seed: int = 0) -> StudyRun:
+  """`name` trained with the retrieval recipe (the GAU in RETRIEVAL_GAU_MODEL's layout)."""
+  model = () if name.startswith("transformer_") else RETRIEVAL_GAU_MODEL
+  return StudyRun(name, seed, RETRIEVAL_COPY_FRACTION, RETRIEVAL_FRACTION, model)
+
+
+# The pre-registered test (docs/study.md, "Pre-registered: Baseline RoPE against KNA RoPE on the GAU
+# retrieval layout, seeds 3-10"): not in field_runs(); `--plan=preregistered` runs them.
+PREREGISTERED = ("baseline_rope", "kna_rope")
+PREREGISTERED_SEEDS = tuple(range(3, 11))
+
+
+def preregistered_runs() -> list[StudyRun]:
+  """PREREGISTERED with the retrieval recipe, seeds PREREGISTERED_SEEDS, config by config (so that
+  --group_seeds trains each config's seeds as one group)."""
+  return [retrieval_entry(name, seed) for name in PREREGISTERED for seed in PREREGISTERED_SEEDS]
 
 
 def retrieval_options(position: str) -> tuple[str, ...]:
@@ -207,6 +223,10 @@ def field_runs() -> list[StudyRun]:
   strong_copies = [StudyRun(c, copy_fraction=STRONG_COPY_FRACTION) for c in COPY_RUNS]
   rest = [StudyRun(c) for c in names[len(FIRST):]]
   return first + copies + rest + seeds + strong_copies + gau_seeds + retrieval_runs()
+
+
+# The plans the study can run (its --plan flag).
+PLANS = {"field": field_runs, "preregistered": preregistered_runs}
 
 
 def shard_of(entries: list, shard: str) -> list:

@@ -18,10 +18,14 @@ from keynorm_jax.training.loop import train_and_evaluate
 from keynorm_jax.training.metrics_writer import read_metrics
 
 
-def study_config(entry: plan.StudyRun, scale: str, data_dir: str = ""):
+def study_config(entry: plan.StudyRun, scale: str, data_dir: str = "", num_seeds: int = 1):
+  """The resolved config that trains `entry` (num_seeds > 1: the seed group of its seed and the
+  num_seeds - 1 after it)."""
   config = run_config.load_config(entry.config)
   config.update(plan.SCALES[scale]["train"])
   config.seed = entry.seed
+  if num_seeds > 1:
+    config.num_seeds = num_seeds
   for name, value in entry.model:
     config.model[name] = value
   config.data.copy_fraction = entry.copy_fraction
@@ -76,6 +80,22 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
   train_and_evaluate(config, workdir)
   train_seconds = round(time.time() - started, 1)
   run = load_run(workdir, warn=echo)
+  record = evaluated_record(entry, run, config=config, scale=scale, store=store,
+                            stages_dir=workdir, metrics=read_metrics(workdir),
+                            train_seconds=train_seconds, eval_started=started + train_seconds,
+                            echo=echo)
+  path = store.save(entry.key, record)
+  if not keep_run:
+    shutil.rmtree(workdir, ignore_errors=True)
+  return path
+
+
+def evaluated_record(entry: plan.StudyRun, run, *, config, scale: str, store: RecordStore,
+                     stages_dir, metrics: list[dict], train_seconds: float, eval_started: float,
+                     echo=print) -> dict:
+  """`entry`'s record: its trained model `run` (a runs.TrainedRun) evaluated by the plan, stage by
+  stage (saved in, and read back from, `stages_dir`), with its config (study_config), training
+  metrics (its rows of metrics.jsonl) and seconds spent training in this process."""
   tokens = held_out_tokens(run.config)
   train_length = config.train_length
   # From the model as evaluated (run.config), as the retrieval columns are.
@@ -83,8 +103,8 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
   progress = lambda what: echo(f"  evaluating {what}")
   plan_key = record_plan_key(entry, scale)
   made_on = {k: provenance()[k] for k in ("backend", "device", "jax", "matmul_precision")}
-  stages = Stages(workdir, {"checkpoint_step": run.step, "plan_key": plan_key,
-                            "code_version": code_version(), **made_on}, echo=echo)
+  stages = Stages(stages_dir, {"checkpoint_step": run.step, "plan_key": plan_key,
+                               "code_version": code_version(), **made_on}, echo=echo)
   records = []
   for multiple, windows in plan.SCALES[scale]["windows"].items():
     at_length = columns if multiple in plan.OPTION_MULTIPLES else columns[:1]  # "none" only
@@ -96,8 +116,7 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
                if entry.retrieval_fraction else [])
   diagnostics = stages.run("diagnostics", lambda: run_diagnostics(
       run, lengths=[8 * train_length], tokens=tokens))
-  metrics = read_metrics(workdir)
-  record = {
+  return {
       "study": store.directory.name, "key": entry.key, "config_name": entry.config,
       "label": entry.label, "copy_fraction": entry.copy_fraction,
       "retrieval_fraction": entry.retrieval_fraction,
@@ -111,12 +130,8 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
                 "final_loss": metrics[-1]["loss"] if metrics else None,
                 "final_eval_accuracy": next((m["eval_accuracy"] for m in reversed(metrics)
                                              if "eval_accuracy" in m), None)},
-      "eval_seconds": round(time.time() - started - train_seconds, 1),
+      "eval_seconds": round(time.time() - eval_started, 1),
       "resumed_stages": stages.resumed,  # evaluated before a stop: not in eval_seconds
       "config": config.to_dict(), "provenance": provenance(),
       "records": records, "retrieval": retrieval, "diagnostics": diagnostics,
   }
-  path = store.save(entry.key, record)
-  if not keep_run:
-    shutil.rmtree(workdir, ignore_errors=True)
-  return path
