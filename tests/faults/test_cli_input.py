@@ -28,7 +28,7 @@ if target.endswith(".py"):
 else:
   main = importlib.import_module(target).main
 trained = []
-for name in ("keynorm_jax.reproduce.run", "keynorm_jax.study.runner"):
+for name in ("keynorm_jax.reproduce.run", "keynorm_jax.study.runner", "keynorm_jax.study.groups"):
   if name in sys.modules:
     sys.modules[name].train_and_evaluate = lambda *a, **k: trained.append(1) or sys.exit(1)
 found = []
@@ -94,6 +94,7 @@ BAD = [
 GOOD = [
     ("reproduce", ["--variants=kna_rope", "--num_train_steps=2"]),
     ("study", ["--runs=kna_alibi__seed0", "--max_runs=1"]),
+    ("study", ["--plan=preregistered", "--group_seeds", "--max_runs=2"]),  # one group of 2
     ("eval", ["--methods=none,yarn", "--beta_fast=16", "--repeat_period=8"]),
 ]
 
