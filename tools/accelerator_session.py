@@ -39,10 +39,12 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 
 # (step, processes, command): run in the repository root, in this order; {placeholders} are the
 # SIZES entry's and --work / --results. processes > 1 starts that many copies at once, the i-th
-# with {shard} = i/processes.
+# with {shard} = i/processes (e.g. --shard={shard} for a study whose runs may be split).
 STEPS = [
-    # (a) the pre-registered pairs, seeds as groups
-    ("a_preregistered", "study_processes", "{python} -m keynorm_jax.study --scale={study_scale} --plan=preregistered --group_seeds --shard={shard} --runs_dir={work}/study_runs --results={results}/a_preregistered{study_extra}"),
+    # (a) the pre-registered pairs (docs/study.md): Baseline and KNA RoPE, seeds 3-10, as two seed
+    # groups of 8 trained one after the other (not --shard: it picks entries before they are
+    # grouped, and every n-th entry would break the groups of consecutive seeds)
+    ("a_preregistered", 1, "{python} -m keynorm_jax.study --scale={study_scale} --plan=preregistered --group_seeds --runs_dir={work}/study_runs --results={results}/a_preregistered{study_extra}"),
     # (b) text-only Baseline RoPE and KNA RoPE, 3 seeds as one group, both architectures; each
     # evaluated at 1x and 8x, the model as trained and a window of the training length beside
     ("b_train_baseline_rope", 1, "{python} train.py --config=baseline_rope --config.model_size={size} --config.num_seeds=3 --workdir={work}/b/baseline_rope{train_extra}"),
@@ -63,19 +65,19 @@ STEPS = [
 
 # The placeholders of each --size. full: what the lent GPU runs; tiny: seconds a step, for the test.
 SIZES = {
-    "full": dict(study_scale="cpu", study_processes=8, study_extra="", size="medium",
+    "full": dict(study_scale="cpu", study_extra="", size="medium",
                  train_length=512, train_extra="", eval_lengths="512,4096", eval_extra="",
                  long_size="seed", long_lengths="16384,65536",
                  groups_extra="--model_size=cpu --train_length=512 --num_seeds=1,2,4,8,16 "
                               "--steps=10 --repeats=3"),
-    "tiny": dict(study_scale="tiny", study_processes=1, study_extra="", size="tiny",
+    "tiny": dict(study_scale="tiny", study_extra="", size="tiny",
                  train_length=32,
                  train_extra=" --config.train_length=32 --config.batch_size=2 "
                              "--config.num_train_steps=2 --config.checkpoint_every_steps=2 "
                              "--config.log_every_steps=1 --config.eval_windows=2 "
                              "--config.model.kernel=reference",
                  eval_lengths="32,256", eval_extra=" --num_windows=2", long_size="tiny",
-                 long_lengths="256,512",
+                 long_lengths="64,128",
                  groups_extra="--model_size=tiny --train_length=32 --num_seeds=1,2 --steps=2 "
                               "--repeats=1"),
 }
@@ -97,9 +99,8 @@ def _read_marker(results, step):
     return None
 
 
-def _commands(step, processes, template, values):
-  n = values[processes] if isinstance(processes, str) else processes
-  return [template.format(**values, shard=f"{i}/{n}") for i in range(n)]
+def _commands(processes, template, values):
+  return [template.format(**values, shard=f"{i}/{processes}") for i in range(processes)]
 
 
 def _run(commands, log, seconds):
@@ -187,7 +188,7 @@ def main(argv=None):
                                                                 not args.retry_failed):
       print(f"{step}: skipped ({status} in an earlier call)", flush=True)
       continue
-    commands = _commands(step, processes, template, values)
+    commands = _commands(processes, template, values)
     left = args.deadline_s - (time.monotonic() - started) - RESERVE_S - GRACE_S
     if not is_dry and left < MIN_START_S:
       print(f"{step}: not started ({left:.0f} s left)", flush=True)
