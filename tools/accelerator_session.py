@@ -37,6 +37,8 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
+B_CONFIGS = ("baseline_rope", "kna_rope", "transformer_baseline_rope", "transformer_kna_rope")
+
 # (step, processes, command): run in the repository root, in this order; {placeholders} are the
 # SIZES entry's and --work / --results. processes > 1 starts that many copies at once, the i-th
 # with {shard} = i/processes (e.g. --shard={shard} for a study whose runs may be split).
@@ -47,14 +49,8 @@ STEPS = [
     ("a_preregistered", 1, "{python} -m keynorm_jax.study --scale={study_scale} --plan=preregistered --group_seeds --runs_dir={work}/study_runs --results={results}/a_preregistered{study_extra}"),
     # (b) text-only Baseline RoPE and KNA RoPE, 3 seeds as one group, both architectures; each
     # evaluated at 1x and 8x, the model as trained and a window of the training length beside
-    ("b_train_baseline_rope", 1, "{python} train.py --config=baseline_rope --config.model_size={size} --config.num_seeds=3 --workdir={work}/b/baseline_rope{train_extra}"),
-    ("b_train_kna_rope", 1, "{python} train.py --config=kna_rope --config.model_size={size} --config.num_seeds=3 --workdir={work}/b/kna_rope{train_extra}"),
-    ("b_train_transformer_baseline_rope", 1, "{python} train.py --config=transformer_baseline_rope --config.model_size={size} --config.num_seeds=3 --workdir={work}/b/transformer_baseline_rope{train_extra}"),
-    ("b_train_transformer_kna_rope", 1, "{python} train.py --config=transformer_kna_rope --config.model_size={size} --config.num_seeds=3 --workdir={work}/b/transformer_kna_rope{train_extra}"),
-    ("b_eval_baseline_rope", 1, "{python} eval.py --workdir={work}/b/baseline_rope --lengths={eval_lengths} --methods=none,window --window={train_length} --output={results}/b_eval/baseline_rope{eval_extra}"),
-    ("b_eval_kna_rope", 1, "{python} eval.py --workdir={work}/b/kna_rope --lengths={eval_lengths} --methods=none,window --window={train_length} --output={results}/b_eval/kna_rope{eval_extra}"),
-    ("b_eval_transformer_baseline_rope", 1, "{python} eval.py --workdir={work}/b/transformer_baseline_rope --lengths={eval_lengths} --methods=none,window --window={train_length} --output={results}/b_eval/transformer_baseline_rope{eval_extra}"),
-    ("b_eval_transformer_kna_rope", 1, "{python} eval.py --workdir={work}/b/transformer_kna_rope --lengths={eval_lengths} --methods=none,window --window={train_length} --output={results}/b_eval/transformer_kna_rope{eval_extra}"),
+    *[(f"b_train_{c}", 1, "{python} train.py --config=CONFIG --config.model_size={size} --config.num_seeds=3 --workdir={work}/b/CONFIG{train_extra}".replace("CONFIG", c)) for c in B_CONFIGS],
+    *[(f"b_eval_{c}", 1, "{python} eval.py --workdir={work}/b/CONFIG --lengths={eval_lengths} --methods=none,window --window={train_length} --output={results}/b_eval/CONFIG{eval_extra}".replace("CONFIG", c)) for c in B_CONFIGS],
     # (c) long contexts, bfloat16 so that a GPU takes cuDNN's fused attention where it can
     ("c_long_context_gau", 1, "{python} benchmarks/long_context.py --config=tools/session_configs/kna_rope_bf16.py --model_size={long_size} --lengths={long_lengths} --windows=1"),
     ("c_long_context_transformer", 1, "{python} benchmarks/long_context.py --config=tools/session_configs/transformer_kna_rope_bf16.py --model_size={long_size} --lengths={long_lengths} --windows=1"),
