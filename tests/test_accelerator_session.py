@@ -1,0 +1,121 @@
+"""tools/accelerator_session.py: every step end to end at the tiny size, its markers and outputs,
+a second call that skips what is done, and the deadline (SIGTERM, then the exit code 75 kept)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+
+import pytest
+
+from faults.helpers import REPO
+
+_spec = importlib.util.spec_from_file_location("accelerator_session",
+                                               REPO / "tools" / "accelerator_session.py")
+session = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(session)
+
+STEPS = [step for step, _, _ in session.STEPS]
+# Until keynorm_jax.study has --plan=preregistered and --group_seeds (another branch adds them),
+# step a is only printed; and until eval.py reads a seed group's workdir, the b_eval steps fail
+# with its one-line refusal (both are accepted here, the refusal only with that message).
+GROUP_EVAL_REFUSAL = "evaluating groups is not supported yet"
+
+
+def _env():
+  """The test's environment without conftest's 8 simulated devices (a group of 3 on one)."""
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
+                              if "device_count" not in f)
+  return env
+
+
+def _study_has_the_plan():
+  done = subprocess.run([sys.executable, "-m", "keynorm_jax.study", "--help"], cwd=REPO,
+                        capture_output=True, text=True, check=False, env=_env())
+  return "--plan" in done.stdout and "--group_seeds" in done.stdout
+
+
+def _call(tmp_path, data_dir, *flags):
+  command = [sys.executable, str(REPO / "tools" / "accelerator_session.py"), "--size=tiny",
+             f"--work={tmp_path / 'work'}", f"--results={tmp_path / 'results'}",
+             f"--out={tmp_path / 'out'}", f"--data_dir={data_dir}", *flags]
+  return subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False,
+                        env=_env(), timeout=1800)
+
+
+def _markers(tmp_path):
+  return {step: json.loads((tmp_path / "results" / "markers" / f"{step}.json").read_text())
+          for step in STEPS}
+
+
+@pytest.mark.slow
+def test_every_step_at_the_tiny_size_then_a_second_call_skips_them(tmp_path, data_dir):
+  dry = [] if _study_has_the_plan() else ["--dry_run=a_preregistered"]
+  first = _call(tmp_path, data_dir, "--deadline_s=1500", *dry)
+  assert first.returncode == 0, first.stdout + first.stderr
+  markers = _markers(tmp_path)
+  results = tmp_path / "results"
+  for step, marker in markers.items():
+    log = results / "logs" / f"{step}.log"
+    if step == "a_preregistered" and dry:
+      assert marker["status"] == "dry_run"
+      assert "--plan=preregistered --group_seeds" in first.stdout
+      continue
+    assert log.is_file(), step
+    if step.startswith("b_eval") and marker["status"] == "failed":
+      assert GROUP_EVAL_REFUSAL in log.read_text(), (step, log.read_text()[-2000:])
+      continue
+    assert marker["status"] == "done", (step, marker, log.read_text()[-2000:])
+    assert marker["exit_codes"] == [0] * len(marker["commands"])
+  for name in ("baseline_rope", "kna_rope", "transformer_baseline_rope", "transformer_kna_rope"):
+    assert (tmp_path / "work" / "b" / name / "config.json").is_file()
+    if markers[f"b_eval_{name}"]["status"] == "done":
+      assert any((results / "b_eval" / name).iterdir())
+  for architecture in ("gau", "transformer"):
+    figures = json.loads((results / "d_seed_groups" / f"{architecture}.json").read_text())
+    assert [row["num_seeds"] for row in figures["rows"]] == [1, 2]
+    assert "s/window" in (results / "logs" / f"c_long_context_{architecture}.log").read_text()
+  summary = (tmp_path / "out" / "summary.md").read_text()
+  assert all(f"| {step} | {markers[step]['status']} |" in summary for step in STEPS)
+  with tarfile.open(tmp_path / "out" / "accelerator_session.tgz") as tar:
+    packed = set(tar.getnames())
+  assert {f"results/markers/{step}.json" for step in STEPS} <= packed
+  assert not any("checkpoints" in name for name in packed)
+
+  started = time.monotonic()
+  second = _call(tmp_path, data_dir, "--deadline_s=1500", *dry)
+  assert second.returncode == 0, second.stdout + second.stderr
+  assert time.monotonic() - started < 60
+  for step in STEPS:
+    assert f"{step}: skipped" in second.stdout, second.stdout
+  assert _markers(tmp_path) == markers
+
+
+def test_a_step_past_the_deadline_gets_sigterm_and_is_marked_stopped(tmp_path, monkeypatch):
+  """A process that saves and exits 75 on SIGTERM (as the study and train.py do) is stopped at the
+  deadline, its exit code kept; one that ignores SIGTERM is killed after the grace."""
+  monkeypatch.setattr(session, "GRACE_S", 2)
+  polite = (f"{sys.executable} -c \"import signal, sys, time; "
+            f"signal.signal(signal.SIGTERM, lambda *_: sys.exit(75)); time.sleep(60)\"")
+  stubborn = (f"{sys.executable} -c \"import signal, time; "
+              f"signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)\"")
+  started = time.monotonic()
+  codes, stopped = session._run([polite, stubborn], tmp_path / "log", 2)  # pylint: disable=protected-access
+  assert stopped and codes[0] == 75 and codes[1] == -9
+  assert time.monotonic() - started < 20
+  assert "$ " in (tmp_path / "log").read_text()
+
+
+def test_no_step_starts_without_the_time_for_it(tmp_path):
+  done = subprocess.run([sys.executable, str(REPO / "tools" / "accelerator_session.py"),
+                         "--size=tiny", "--deadline_s=30", f"--work={tmp_path / 'work'}",
+                         f"--results={tmp_path / 'results'}", f"--out={tmp_path / 'out'}"],
+                        cwd=REPO, capture_output=True, text=True, check=False, timeout=120)
+  assert done.returncode == 0, done.stderr
+  assert all(f"{step}: not started" in done.stdout for step in STEPS)
+  assert not (tmp_path / "results" / "markers").exists()
+  assert "| a_preregistered | not started |" in (tmp_path / "out" / "summary.md").read_text()
