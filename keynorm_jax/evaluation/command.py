@@ -193,9 +193,11 @@ def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=
       if not isinstance(e, (ValueError, RuntimeError)):
         traceback.print_exc(file=sys.stderr)
   if records:
-    echo("\n" + accuracy_caption(records) + "\n" + markdown_table(records) + "\n")
+    echo("\n" + accuracy_caption(records))
+    echo(markdown_table(records) + "\n")
   if retrieval:
-    echo("\n" + retrieval_caption(retrieval) + "\n" + retrieval_table(retrieval) + "\n")
+    echo("\n" + retrieval_caption(retrieval))
+    echo(retrieval_table(retrieval) + "\n")
   if failures:  # each reason was printed where it happened
     echo(f"Not evaluated: {', '.join(failures)} (the reasons are above).")
   paths = {}
