@@ -10,12 +10,16 @@ import jax
 import numpy as np
 import pytest
 
+from keynorm_jax import run_config
 from keynorm_jax.evaluation.command import EvalRequest, evaluate_runs, make_columns
+from keynorm_jax.evaluation import evaluate, retrieval
+from keynorm_jax.evaluation.evaluate import auto_batch_size
 from keynorm_jax.runs import load_run, workdir_source
 from keynorm_jax.training import loop as training
 from train_helpers import tiny_config
 
 QUIET = lambda *_: None
+SCORERS = []  # (module, stacked) of every scorer the evaluation built (the `evaluated` fixture)
 STEPS = dict(num_train_steps=4, checkpoint_every_steps=4, num_devices=1)
 # A single run's next-token record before seeds were recorded (test_eval.py's runs).
 OLD_FIELDS = {"run", "config", "step", "position", "train_length", "length", "rope_scaling",
@@ -35,6 +39,14 @@ def runs(tmp_path_factory, data_dir):
   return root
 
 
+def _spy(make_scorer, name):
+  """make_scorer, noting (name, stacked) of each scorer it builds in SCORERS."""
+  def spied(model, stacked=False):
+    SCORERS.append((name, stacked))
+    return make_scorer(model, stacked=stacked)
+  return spied
+
+
 @pytest.fixture(scope="module")
 def evaluated(runs, tmp_path_factory):
   """evaluate_runs' (records, failures, paths) of the three runs: next-token at the training
@@ -44,9 +56,19 @@ def evaluated(runs, tmp_path_factory):
   next_token = EvalRequest(lengths=[64], columns=make_columns(["none"]), num_windows=4)
   passkey = EvalRequest(lengths=[176], columns=make_columns(["none"]), tasks=["passkey"],
                         depths=(0.0, 1.0), num_prompts=1)
-  return (evaluate_runs(source, next_token, output=tmp_path_factory.mktemp("eval"), echo=QUIET),
-          evaluate_runs(dataclasses.replace(source, at_train_length=False), passkey,
-                        output=tmp_path_factory.mktemp("retrieval"), echo=QUIET))
+  with pytest.MonkeyPatch.context() as patch:  # which scorers were built: stacked for the group
+    for module, name in ((evaluate, "evaluate"), (retrieval, "retrieval")):
+      patch.setattr(module, "make_scorer", _spy(module.make_scorer, name))
+    return (evaluate_runs(source, next_token, output=tmp_path_factory.mktemp("eval"), echo=QUIET),
+            evaluate_runs(dataclasses.replace(source, at_train_length=False), passkey,
+                          output=tmp_path_factory.mktemp("retrieval"), echo=QUIET))
+
+
+def test_the_group_is_scored_by_one_vmapped_scorer_per_length_and_method(evaluated):
+  """The group's members share one stacked scorer (one pass over the seed axis) per length and
+  method; each single run has its own plain one."""
+  assert SCORERS == ([("evaluate", True)] * 2 + [("evaluate", False)] * 2 * 2 +  # group, singles
+                     [("retrieval", True)] + [("retrieval", False)] * 2)
 
 
 def test_a_group_restores_with_its_seed_axis(runs):
@@ -130,3 +152,11 @@ def test_a_single_runs_records_keep_their_fields_plus_seed(evaluated):
   (records, _, _), _ = evaluated
   single = [r for r in records if r["run"] == "seed_1"]
   assert single and all(set(r) == OLD_FIELDS | {"seed"} and r["seed"] == 1 for r in single)
+
+
+def test_a_groups_members_share_the_automatic_batch():
+  """The vmapped pass holds every member's batch at once: the automatic batch (4 GiB, 16,384
+  tokens) is shared among them."""
+  cfg = run_config.model_config(run_config.resolve(run_config.load_config("kna_rope")))
+  assert [auto_batch_size(cfg, 1024, 16, members) for members in (1, 2, 4, 16, 64)] == [
+      16, 8, 4, 1, 1]

@@ -104,7 +104,8 @@ class EvalRequest:
 
   lengths: the evaluation lengths (with each run's training length where the source says so).
   columns: the inference-time methods (make_columns). num_windows: windows per next-token set.
-  batch_size: windows or prompts per batch, 0 = sized to about 4 GiB.
+  batch_size: windows or prompts per batch (each member of a seed group scores them all, in one
+    vmapped pass), 0 = sized to about 4 GiB (shared by a group's members).
   tasks: next_token (the repeated / non-repeated sets) and retrieval tasks (passkey, mqar), each
     at `depths` with `num_prompts` prompts per depth.
   repeat_period: the repeated set's period (None = each run's training length).

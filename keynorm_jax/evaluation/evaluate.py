@@ -28,8 +28,9 @@ def held_out_tokens(config):
   return join_documents(corpora.load_documents(config.data, "test"), config.data)
 
 
-def auto_batch_size(model_cfg, length: int, num_windows: int) -> int:
-  """Windows per batch: one batch's working set near 4 GiB, and at most 16,384 tokens.
+def auto_batch_size(model_cfg, length: int, num_windows: int, members: int = 1) -> int:
+  """Windows per batch: one batch's working set near 4 GiB, and at most 16,384 tokens (a seed
+  group's `members` each score the batch in the same vmapped pass: both shared among them).
 
   Scores exist one block at a time (all T x T at once only up to 2048 tokens, else 512 x 512
   blocks: attention.block_sizes), so past a few thousand tokens the working set is the layers'
@@ -46,8 +47,8 @@ def auto_batch_size(model_cfg, length: int, num_windows: int) -> int:
   per_window = 4 * (6 * model_cfg.heads * scores                   # score blocks
                     + 4 * length * width
                     + 3 * length * model_cfg.vocab_size)
-  by_memory = _EVAL_MEMORY_BUDGET_BYTES // per_window
-  by_tokens = _EVAL_MAX_TOKENS_PER_BATCH // length
+  by_memory = _EVAL_MEMORY_BUDGET_BYTES // (per_window * members)
+  by_tokens = _EVAL_MAX_TOKENS_PER_BATCH // (length * members)
   return int(np.clip(min(by_memory, by_tokens), 1, num_windows))
 
 
@@ -162,7 +163,7 @@ def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, bat
     windows = {s: eval_windows(tokens, kind=s, length=length, count=num_windows,
                                train_length=train_length, period=repeat_period)
                for s in EVAL_SETS}
-    size = batch_size or auto_batch_size(model_cfg, length, num_windows)
+    size = batch_size or auto_batch_size(model_cfg, length, num_windows, len(run.member_seeds))
     for column in columns:
       resolved = column.at(length, train_length)
       scorer = make_scorer(run_config.build_model(config, column),  # one compile per length/column

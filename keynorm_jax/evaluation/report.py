@@ -22,8 +22,8 @@ from keynorm_jax.evaluation.retrieval_report import (  # pylint: disable=wrong-i
 from keynorm_jax.evaluation.seed_summary import (  # pylint: disable=wrong-import-position
     cell_key, group_runs, run_label, seed_summaries, spread_caption)
 
-CSV_FIELDS = ("run", "seed", "config", "step", "train_length", "length", "set", "rope_scaling", "accuracy",
-              "accuracy_stderr", "accuracy_beyond_train", "loss", "tokens", "windows",
+CSV_FIELDS = ("run", "seed", "config", "step", "train_length", "length", "set", "rope_scaling",
+              "accuracy", "accuracy_stderr", "accuracy_beyond_train", "loss", "tokens", "windows",
               "not_applicable")
 
 
@@ -46,7 +46,8 @@ def markdown_table(records) -> str:
     cells = []
     for length, s in columns:
       if run in groups:
-        cells.append(_group_cell(summaries.get((run, length, s, None, scaling))))
+        cells.append(_cell(summaries.get((run, length, s, None, scaling)), "accuracy_mean",
+                           "accuracy_std"))
       else:
         cells.append(_cell(by_key.get((run, scaling, length, s))))
     lines.append("| " + " | ".join([run_label(run, groups), scaling] + cells) + " |")
@@ -55,20 +56,13 @@ def markdown_table(records) -> str:
   return "\n".join(lines + ([""] + notes if notes else []))
 
 
-def _cell(r) -> str:
+def _cell(r, value="accuracy", spread="accuracy_stderr") -> str:
+  """A record's (or a seed summary's: value accuracy_mean, spread accuracy_std) cell."""
   if r is None:
     return ""
   if r.get("not_applicable"):
     return "n/a"
-  return f"{_pct(r['accuracy'])} ± {_pct(r['accuracy_stderr'])}"
-
-
-def _group_cell(summary) -> str:
-  if summary is None:
-    return ""
-  if summary.get("not_applicable"):
-    return "n/a"
-  return f"{_pct(summary['accuracy_mean'])} ± {_pct(summary['accuracy_std'])}"
+  return f"{_pct(r[value])} ± {_pct(r[spread])}"
 
 
 def accuracy_caption(records) -> str:

@@ -94,7 +94,8 @@ def evaluate_retrieval(run, *, tasks, lengths, columns, num_prompts: int, depths
       continue
     prompts = {t: retrieval_prompts(tokens, t, length=length, depths=depths, count=num_prompts,
                                     encode=encode) for t in tasks}
-    size = batch_size or auto_batch_size(model_cfg, length, len(depths) * num_prompts)
+    size = batch_size or auto_batch_size(model_cfg, length, len(depths) * num_prompts,
+                                         len(run.member_seeds))
     for column in columns:
       resolved = column.at(length, train_length)
       scorer = make_scorer(run_config.build_model(config, column), stacked=run.seeds is not None)

@@ -14,8 +14,8 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from keynorm_jax.evaluation.seed_summary import (  # pylint: disable=wrong-import-position
     cell_key, group_runs, run_label, seed_summaries, spread_caption)
 
-CSV_FIELDS = ("run", "seed", "config", "step", "train_length", "task", "length", "rope_scaling", "depth",
-              "accuracy", "token_accuracy", "prompts", "chance", "not_applicable")
+CSV_FIELDS = ("run", "seed", "config", "step", "train_length", "task", "length", "rope_scaling",
+              "depth", "accuracy", "token_accuracy", "prompts", "chance", "not_applicable")
 
 
 def _pct(x):

@@ -1,4 +1,4 @@
-"""A seed group's results over its members: per cell, the mean and the standard deviation over seeds.
+"""A seed group's results over its members: per cell, the mean and standard deviation over seeds.
 
 A cell is a run's (length, set or task, method); its members' records (evaluate.py, retrieval.py:
 one per seed, `seed` naming it) differ only in what they measured. The summary row keeps the cell's
