@@ -14,6 +14,7 @@ from keynorm_jax import run_config
 from keynorm_jax.evaluation.command import EvalRequest, evaluate_runs, make_columns
 from keynorm_jax.evaluation import evaluate, retrieval
 from keynorm_jax.evaluation.evaluate import auto_batch_size
+from keynorm_jax.evaluation.seed_summary import STD, seed_summaries
 from keynorm_jax.runs import load_run, workdir_source
 from keynorm_jax.training import loop as training
 from train_helpers import tiny_config
@@ -160,3 +161,39 @@ def test_a_groups_members_share_the_automatic_batch():
   cfg = run_config.model_config(run_config.resolve(run_config.load_config("kna_rope")))
   assert [auto_batch_size(cfg, 1024, 16, members) for members in (1, 2, 4, 16, 64)] == [
       16, 8, 4, 1, 1]
+
+
+def test_the_vmapped_pass_equals_each_member_evaluated_alone(runs):
+  """The group's one vmapped pass against the plain path on each member's own parameters
+  (TrainedRun.member): the same windows, the same numbers to float rounding."""
+  group = load_run(runs / "group")
+  stacked = evaluate.evaluate_run(group, lengths=[64], columns=make_columns(["none"]),
+                                  num_windows=4)
+  for i, seed in enumerate(group.seeds):
+    alone = evaluate.evaluate_run(group.member(i), lengths=[64], columns=make_columns(["none"]),
+                                  num_windows=4)
+    member = [r for r in stacked if r["seed"] == seed]
+    assert [(r["length"], r["set"]) for r in member] == [(r["length"], r["set"]) for r in alone]
+    for m, a in zip(member, alone):
+      assert m["accuracy"] == pytest.approx(a["accuracy"], abs=1e-9)
+      assert m["loss"] == pytest.approx(a["loss"], rel=1e-6)
+
+
+def test_summary_rows_by_hand():
+  """Two seeds of a cell by hand: means, sample standard deviations (ddof=1), lists element by
+  element; a not-applicable cell keeps its reason; a single run gets no row."""
+  cell = dict(run="g", length=64, set="repeated", rope_scaling="none", tokens=128)
+  records = [{**cell, "seed": 3, "accuracy": 0.25, "loss": 2.0, "accuracy_stderr": 0.1,
+              "accuracy_by_position": [0.0, 0.5]},
+             {**cell, "seed": 4, "accuracy": 0.75, "loss": 1.0, "accuracy_stderr": 0.2,
+              "accuracy_by_position": [1.0, 0.5]},
+             {**cell, "length": 99, "seed": 3, "accuracy": None, "not_applicable": "stop"},
+             {**cell, "length": 99, "seed": 4, "accuracy": None, "not_applicable": "stop"},
+             {**cell, "run": "single", "seed": 0, "accuracy": 0.5, "loss": 1.5}]
+  first, second = seed_summaries(records)
+  assert first == {**cell, "seeds": 2, "member_seeds": [3, 4], "accuracy_mean": 0.5,
+                   "accuracy_std": pytest.approx(0.5 / 2 ** 0.5), "loss_mean": 1.5,
+                   "loss_std": pytest.approx(2 ** -0.5), "accuracy_by_position_mean": [0.5, 0.5],
+                   "accuracy_by_position_std": [pytest.approx(2 ** -0.5), 0.0], "std": STD}
+  assert second == {**cell, "length": 99, "not_applicable": "stop", "seeds": 2,
+                    "member_seeds": [3, 4], "std": STD}
