@@ -143,14 +143,13 @@ def results_writers(records, *, meta, diagnostics=None, retrieval=None) -> dict:
   """{file name: writer(path)} of results.{json,md} and, for next-token records, results.csv and the
   plots; for retrieval records, retrieval.csv and the heat maps."""
   payload = {"meta": meta, "results": records}
-  summaries = seed_summaries(records)
+  summaries, retrieval_summaries = seed_summaries(records), seed_summaries(retrieval or [])
   if summaries:
     payload["seed_summary"] = summaries
   if retrieval:
     payload["retrieval"] = retrieval
-    retrieval_summaries = seed_summaries(retrieval)
-    if retrieval_summaries:
-      payload["retrieval_seed_summary"] = retrieval_summaries
+  if retrieval_summaries:
+    payload["retrieval_seed_summary"] = retrieval_summaries
   if diagnostics is not None:
     payload["diagnostics"] = diagnostics
   writers = {"results.json": text_writer(json.dumps(payload, indent=1))}
@@ -164,9 +163,9 @@ def results_writers(records, *, meta, diagnostics=None, retrieval=None) -> dict:
                     retrieval_table(retrieval))
     writers.update(retrieval_writers(retrieval))
   writers["results.md"] = text_writer("\n\n".join(sections) + "\n")
-  if summaries or (retrieval and seed_summaries(retrieval)):
+  if summaries or retrieval_summaries:
     writers["seed_summary.csv"] = lambda path: write_summary_csv(
-        summaries + seed_summaries(retrieval or []), path)
+        summaries + retrieval_summaries, path)
   if diagnostics:
     writers["diagnostics.png"] = lambda path: plot_diagnostics(diagnostics, path)
   return writers
