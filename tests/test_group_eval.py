@@ -65,6 +65,7 @@ def evaluated(runs, tmp_path_factory):
                           output=tmp_path_factory.mktemp("retrieval"), echo=QUIET))
 
 
+@pytest.mark.slow
 def test_the_group_is_scored_by_one_vmapped_scorer_per_length_and_method(evaluated):
   """The group's members share one stacked scorer (one pass over the seed axis) per length and
   method; each single run has its own plain one."""
@@ -72,6 +73,7 @@ def test_the_group_is_scored_by_one_vmapped_scorer_per_length_and_method(evaluat
                      [("retrieval", True)] + [("retrieval", False)] * 2)
 
 
+@pytest.mark.slow
 def test_a_group_restores_with_its_seed_axis(runs):
   group, single = load_run(runs / "group"), load_run(runs / "seed_1")
   assert group.seeds == (0, 1) and group.member_seeds == (0, 1)
@@ -163,6 +165,7 @@ def test_a_groups_members_share_the_automatic_batch():
       16, 8, 4, 1, 1]
 
 
+@pytest.mark.slow
 def test_the_vmapped_pass_equals_each_member_evaluated_alone(runs):
   """The group's one vmapped pass against the plain path on each member's own parameters
   (TrainedRun.member): the same windows, the same numbers to float rounding."""
