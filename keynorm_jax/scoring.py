@@ -16,21 +16,25 @@ def token_scores(logits_BxTxV, targets_BxT):
   return correct, nll
 
 
-def make_scorer(model):
-  """jit(params, windows [B, L+1]) -> (correct [B, L], nll [B, L])."""
+def make_scorer(model, *, stacked: bool = False):
+  """jit(params, windows [B, L+1]) -> (correct [B, L], nll [B, L]).
 
-  @jax.jit
+  stacked: the parameters of a seed group, with a leading seed axis [N, ...]: every member scores
+  the same windows in one vmapped pass -> (correct [N, B, L], nll [N, B, L]).
+  """
+
   def score(params, windows_BxL1):
     logits = model.apply({"params": params}, windows_BxL1[:, :-1], deterministic=True)
     return token_scores(logits, windows_BxL1[:, 1:])
 
-  return score
+  return jax.jit(jax.vmap(score, in_axes=(0, None)) if stacked else score)
 
 
 def score_windows(scorer, params, windows, batch_size: int):
   """Scores all windows [N, L+1] in batches of batch_size (the last one padded, so one compile).
 
-  Returns numpy (correct [N, L], nll [N, L]).
+  Returns numpy (correct [N, L], nll [N, L]); with a stacked scorer (make_scorer) each has the
+  seed axis first: [S, N, L].
   """
   windows = np.asarray(windows, np.int32)
   count = len(windows)
@@ -41,6 +45,6 @@ def score_windows(scorer, params, windows, batch_size: int):
     if real < batch_size:
       batch = np.concatenate([batch, np.repeat(batch[-1:], batch_size - real, axis=0)])
     c, n = jax.device_get(scorer(params, batch))
-    correct.append(c[:real])
-    nll.append(n[:real])
-  return np.concatenate(correct), np.concatenate(nll)
+    correct.append(c[..., :real, :])  # (the window axis is second to last)
+    nll.append(n[..., :real, :])
+  return np.concatenate(correct, axis=-2), np.concatenate(nll, axis=-2)

@@ -1,5 +1,5 @@
 """Seed groups (--config.num_seeds): the group against the single runs it replaces, its seed axis
-over 8 devices against one, its kill -9 and preemption resumes, and its refusals."""
+over 8 devices against one, its kill -9 and preemption resumes, its refusals, and eval.py on it."""
 
 import json
 import os
@@ -227,12 +227,18 @@ def test_fsdp_with_a_group_is_refused_in_one_line(tmp_path, data_dir):
   assert not (tmp_path / "run").exists()
 
 
-def test_evaluating_a_group_is_refused_in_one_line(straight_group, tmp_path):
+def test_eval_py_evaluates_a_groups_members_and_their_mean(straight_group, tmp_path):
+  """eval.py on a group's workdir: a record per member (test_group_eval.py checks them against the
+  single runs) and the table's mean +- std over the 2 seeds."""
   code, output = cli("eval.py", f"--workdir={straight_group}", f"--output={tmp_path}",
                      "--lengths=32", "--num_windows=1")
-  assert code != 0 and "Traceback" not in output
-  assert (f"{straight_group} holds a seed group of 2 (seeds 0 to 1); evaluating groups is not "
-          f"supported yet" in output)
+  assert code == 0 and "Traceback" not in output, output
+  assert "a seed group of 2: seeds 0, 1" in output and "mean ± std over 2 seeds" in output
+  assert f"| {straight_group.name} (2 seeds) | none |" in output
+  saved = json.loads((tmp_path / "results.json").read_text())
+  assert [(r["seed"], r["set"]) for r in saved["results"]] == [
+      (0, "repeated"), (1, "repeated"), (0, "non_repeated"), (1, "non_repeated")]
+  assert [s["member_seeds"] for s in saved["seed_summary"]] == [[0, 1], [0, 1]]
 
 
 @pytest.mark.slow

@@ -18,9 +18,9 @@ from keynorm_jax.data.retrieval import tasks as retrieval_tasks
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
-from keynorm_jax.evaluation.report import markdown_table, write_results
+from keynorm_jax.evaluation.report import accuracy_caption, markdown_table, write_results
 from keynorm_jax.evaluation.retrieval import NEXT_TOKEN, check_depths, evaluate_retrieval
-from keynorm_jax.evaluation.retrieval_report import retrieval_table
+from keynorm_jax.evaluation.retrieval_report import retrieval_caption, retrieval_table
 from keynorm_jax.positions import INFERENCE_METHODS, EvalColumn, inference_method
 from keynorm_jax.runs import RunSource, TrainedRun
 from keynorm_jax.storage import disk
@@ -104,7 +104,8 @@ class EvalRequest:
 
   lengths: the evaluation lengths (with each run's training length where the source says so).
   columns: the inference-time methods (make_columns). num_windows: windows per next-token set.
-  batch_size: windows or prompts per batch, 0 = sized to about 4 GiB.
+  batch_size: windows or prompts per batch (each member of a seed group scores them all, in one
+    vmapped pass), 0 = sized to about 4 GiB (shared by a group's members).
   tasks: next_token (the repeated / non-repeated sets) and retrieval tasks (passkey, mqar), each
     at `depths` with `num_prompts` prompts per depth.
   repeat_period: the repeated set's period (None = each run's training length).
@@ -138,7 +139,9 @@ class EvalRequest:
 def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=print):
   """Evaluates every run of `source` (runs/source.py: our workdir's runs, or a Hugging Face
   folder's) on `request`; returns (records, failures, paths), records being the next-token records
-  followed by the retrieval records.
+  followed by the retrieval records: one per seed (a seed group's members, runs/loading.py, each
+  give theirs; `seed` names it), the groups' means and standard deviations over seeds in the
+  tables and files (report.py).
 
   output: the results folder, default the source's (<workdir>/eval for our runs).
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
@@ -165,8 +168,10 @@ def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=
       if key not in tokens_by_data:
         tokens_by_data[key] = held_out_tokens(run.config)
       tokens = tokens_by_data[key]
+      group = (f", a seed group of {len(run.seeds)}: seeds {', '.join(map(str, run.seeds))}"
+               if run.seeds is not None else "")
       echo(f"[{index}/{len(loaders)}] {run.name} (step {run.step}, trained at "
-           f"{run.config.train_length})")
+           f"{run.config.train_length}{group})")
       progress = lambda what: echo(f"  evaluating {what}")
       if retrieval_names:  # first: it checks its lengths before any work
         retrieval += evaluate_retrieval(run, tasks=retrieval_names, lengths=lengths,
@@ -179,17 +184,21 @@ def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=
                                 num_windows=request.num_windows, batch_size=request.batch_size,
                                 tokens=tokens, repeat_period=request.repeat_period,
                                 progress=progress, include_train_length=source.at_train_length)
-      if request.diagnostics:
-        found_diagnostics[run.name] = run_diagnostics(run, lengths=lengths, tokens=tokens)
+      if request.diagnostics:  # a seed group's members one after the other, keyed by seed
+        for i, seed in enumerate(run.member_seeds):
+          label = run.name if run.seeds is None else f"{run.name} (seed {seed})"
+          found_diagnostics[label] = run_diagnostics(run.member(i), lengths=lengths, tokens=tokens)
     except Exception as e:  # pylint: disable=broad-except
       failures[name] = f"{type(e).__name__}: {e}"
       echo(f"  FAILED {name}: {type(e).__name__}: {e}")
       if not isinstance(e, (ValueError, RuntimeError)):
         traceback.print_exc(file=sys.stderr)
   if records:
-    echo("\n" + markdown_table(records) + "\n")
+    echo("\n" + accuracy_caption(records))
+    echo(markdown_table(records) + "\n")
   if retrieval:
-    echo("\nRetrieval: exact match % (per-token %)\n" + retrieval_table(retrieval) + "\n")
+    echo("\n" + retrieval_caption(retrieval))
+    echo(retrieval_table(retrieval) + "\n")
   if failures:  # each reason was printed where it happened
     echo(f"Not evaluated: {', '.join(failures)} (the reasons are above).")
   paths = {}

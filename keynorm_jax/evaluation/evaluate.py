@@ -2,6 +2,9 @@
 
 For every length x set ("repeated", "non_repeated") x inference scaling, the run's model (with its
 own trained variant, e.g. KNA-log n, kept as trained) scores the same deterministic held-out windows.
+A seed group's members (runs/loading.py: parameters stacked on a leading seed axis) score them in
+one vmapped pass, and each member gives its own record, as its single run would (`seed` in every
+record; seed_summary.py: their mean and standard deviation per cell).
 """
 
 import time
@@ -25,8 +28,9 @@ def held_out_tokens(config):
   return join_documents(corpora.load_documents(config.data, "test"), config.data)
 
 
-def auto_batch_size(model_cfg, length: int, num_windows: int) -> int:
-  """Windows per batch: one batch's working set near 4 GiB, and at most 16,384 tokens.
+def auto_batch_size(model_cfg, length: int, num_windows: int, members: int = 1) -> int:
+  """Windows per batch: one batch's working set near 4 GiB, and at most 16,384 tokens (a seed
+  group's `members` each score the batch in the same vmapped pass: both shared among them).
 
   Scores exist one block at a time (all T x T at once only up to 2048 tokens, else 512 x 512
   blocks: attention.block_sizes), so past a few thousand tokens the working set is the layers'
@@ -43,8 +47,8 @@ def auto_batch_size(model_cfg, length: int, num_windows: int) -> int:
   per_window = 4 * (6 * model_cfg.heads * scores                   # score blocks
                     + 4 * length * width
                     + 3 * length * model_cfg.vocab_size)
-  by_memory = _EVAL_MEMORY_BUDGET_BYTES // per_window
-  by_tokens = _EVAL_MAX_TOKENS_PER_BATCH // length
+  by_memory = _EVAL_MEMORY_BUDGET_BYTES // (per_window * members)
+  by_tokens = _EVAL_MAX_TOKENS_PER_BATCH // (length * members)
   return int(np.clip(min(by_memory, by_tokens), 1, num_windows))
 
 
@@ -102,19 +106,29 @@ def evaluation_plan(run, lengths, columns, include_train_length, progress):
   return model_cfg, columns, lengths, model_cfg.position_method.max_length(train_length)
 
 
-def record_fields(run, length, column) -> dict:
-  """What every evaluation record (next-token or retrieval) says of the model and the column."""
+def record_fields(run, length, column, seed) -> dict:
+  """What every evaluation record (next-token or retrieval) says of the model, its seed (a group's
+  member, or a single run's config.seed) and the column."""
   config = run.config
-  return {"run": run.name, "config": config.name, "step": run.step,
+  return {"run": run.name, "seed": seed, "config": config.name, "step": run.step,
           "position": config.model.position,   # as evaluated (runs/: DroPE before its drop)
           "train_length": config.train_length, "length": length,
           "rope_scaling": column.label, "method": column.record()}
 
 
-def _record(run, length, eval_set, column, period, **fields):
+def _record(run, seed, length, eval_set, column, period, **fields):
   run_period = (period or run.config.train_length) if eval_set == "repeated" else None
-  return {**record_fields(run, length, column), "set": eval_set, "repeat_period": run_period,
+  return {**record_fields(run, length, column, seed), "set": eval_set, "repeat_period": run_period,
           **fields}
+
+
+def score_members(scorer, run, windows, batch_size):
+  """(correct [S, N, L], nll [S, N, L]) of every member of `run` (S = 1 for a single run; a group's
+  scorer is make_scorer(..., stacked=True): one vmapped pass) on the windows [N, L+1]."""
+  correct, nll = score_windows(scorer, run.params, windows, batch_size)
+  if run.seeds is None:
+    return correct[None], nll[None]
+  return correct, nll
 
 
 def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, batch_size: int = 0,
@@ -128,6 +142,8 @@ def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, bat
   repeat_period: the repeated set's period (default train_length); recorded with each result.
   A length past what the model's positions encode (a learned table) gives records with accuracy
   None and a `not_applicable` reason, never a clamped result.
+  A seed group (run.seeds) gives one record per member and cell, in the order of run.seeds, from
+  one vmapped pass per batch; `seconds` is that pass's, shared by the members.
   """
   config = run.config
   train_length = config.train_length
@@ -138,26 +154,28 @@ def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, bat
   for length in lengths:
     if limit is not None and length > limit:
       reason = f"{config.model.position} positions stop at {limit} tokens"
-      records += [_record(run, length, s, c.at(length, train_length), repeat_period,
-                          accuracy=None,
-                          not_applicable=reason) for c in columns for s in EVAL_SETS]
+      records += [_record(run, seed, length, s, c.at(length, train_length), repeat_period,
+                          accuracy=None, not_applicable=reason)
+                  for c in columns for s in EVAL_SETS for seed in run.member_seeds]
       if progress:
         progress(f"{run.name} L={length}: not applicable ({reason})")
       continue
     windows = {s: eval_windows(tokens, kind=s, length=length, count=num_windows,
                                train_length=train_length, period=repeat_period)
                for s in EVAL_SETS}
-    size = batch_size or auto_batch_size(model_cfg, length, num_windows)
+    size = batch_size or auto_batch_size(model_cfg, length, num_windows, len(run.member_seeds))
     for column in columns:
       resolved = column.at(length, train_length)
-      scorer = make_scorer(run_config.build_model(config, column))  # one compile per length/column
+      scorer = make_scorer(run_config.build_model(config, column),  # one compile per length/column
+                           stacked=run.seeds is not None)
       for eval_set in EVAL_SETS:
         if progress:
           progress(f"{run.name} L={length} {eval_set} {resolved.label}")
         started = time.perf_counter()
-        correct, nll = score_windows(scorer, run.params, windows[eval_set], size)
-        records.append(_record(
-            run, length, eval_set, resolved, repeat_period,
-            **summarize(correct, nll, train_length=train_length, bucket=max(1, train_length // 8)),
-            seconds=round(time.perf_counter() - started, 2)))
+        correct, nll = score_members(scorer, run, windows[eval_set], size)
+        seconds = round(time.perf_counter() - started, 2)
+        records += [_record(run, seed, length, eval_set, resolved, repeat_period,
+                            **summarize(c, n, train_length=train_length,
+                                        bucket=max(1, train_length // 8)), seconds=seconds)
+                    for seed, c, n in zip(run.member_seeds, correct, nll)]
   return records

@@ -4,7 +4,8 @@ For every task x length x inference-time method, the run's model scores the task
 prompts (data/retrieval/prompts.py: the same for every model) at each depth. Greedy decoding of the
 answer gives the key exactly when every answer token is the model's top prediction given the tokens
 before it, so one teacher-forced forward pass measures exact match (and per-token accuracy) without
-a decoding loop.
+a decoding loop. A seed group's members score the prompts in one vmapped pass, a record each (as
+evaluate.py).
 """
 
 import time
@@ -16,8 +17,8 @@ from keynorm_jax.data.retrieval import (DEFAULT_DEPTHS, RetrievalError, check_pr
                                         retrieval_prompts, task)
 from keynorm_jax.data.tokenizer import offsets_encoder
 from keynorm_jax.evaluation.evaluate import (auto_batch_size, evaluation_plan, held_out_tokens,
-                                             record_fields)
-from keynorm_jax.scoring import make_scorer, score_windows
+                                             record_fields, score_members)
+from keynorm_jax.scoring import make_scorer
 
 NEXT_TOKEN = "next_token"  # the --tasks name of the next-token evaluation (evaluate.py)
 
@@ -49,8 +50,8 @@ def check_depths(depths) -> tuple[float, ...]:
   return depths
 
 
-def _record(run, task_name, length, column, depths, **fields):
-  return {**record_fields(run, length, column), "task": task_name, "depths": list(depths),
+def _record(run, seed, task_name, length, column, depths, **fields):
+  return {**record_fields(run, length, column, seed), "task": task_name, "depths": list(depths),
           "chance": task(task_name).chance, **fields}
 
 
@@ -73,7 +74,8 @@ def evaluate_retrieval(run, *, tasks, lengths, columns, num_prompts: int, depths
                        include_train_length=True):
   """Retrieval records for one trained run (one per task x length x column), each with exact-match
   and per-token accuracy overall and by depth. Lengths below the training length are refused; a
-  length past what the model's positions encode gives a `not_applicable` record."""
+  length past what the model's positions encode gives a `not_applicable` record. A seed group
+  (run.seeds) gives a record per member, from one vmapped pass (evaluate.evaluate_run)."""
   depths = check_depths(depths)
   config = run.config
   train_length = config.train_length
@@ -86,25 +88,29 @@ def evaluate_retrieval(run, *, tasks, lengths, columns, num_prompts: int, depths
   for length in lengths:
     if limit is not None and length > limit:
       reason = f"{config.model.position} positions stop at {limit} tokens"
-      records += [_record(run, t, length, c.at(length, train_length), depths, accuracy=None,
-                          not_applicable=reason) for t in tasks for c in columns]
+      records += [_record(run, seed, t, length, c.at(length, train_length), depths,
+                          accuracy=None, not_applicable=reason)
+                  for t in tasks for c in columns for seed in run.member_seeds]
       continue
     prompts = {t: retrieval_prompts(tokens, t, length=length, depths=depths, count=num_prompts,
                                     encode=encode) for t in tasks}
-    size = batch_size or auto_batch_size(model_cfg, length, len(depths) * num_prompts)
+    size = batch_size or auto_batch_size(model_cfg, length, len(depths) * num_prompts,
+                                         len(run.member_seeds))
     for column in columns:
       resolved = column.at(length, train_length)
-      scorer = make_scorer(run_config.build_model(config, column))
+      scorer = make_scorer(run_config.build_model(config, column), stacked=run.seeds is not None)
       for task_name, (windows, groups) in prompts.items():
         if progress:
           progress(f"{run.name} L={length} {task_name} {resolved.label}")
         started = time.perf_counter()
         flat = windows.reshape(-1, length + 1)
-        correct, _ = score_windows(scorer, run.params, flat, size)
-        exact, per_token = answer_scores(correct, groups.reshape(-1, length + 1))
+        correct, _ = score_members(scorer, run, flat, size)
+        seconds = round(time.perf_counter() - started, 2)
         shape = windows.shape[:2]
-        records.append(_record(run, task_name, length, resolved, depths,
-                               **summarize_retrieval(exact.reshape(shape),
-                                                     per_token.reshape(shape)),
-                               seconds=round(time.perf_counter() - started, 2)))
+        for seed, member_correct in zip(run.member_seeds, correct):
+          exact, per_token = answer_scores(member_correct, groups.reshape(-1, length + 1))
+          records.append(_record(run, seed, task_name, length, resolved, depths,
+                                 **summarize_retrieval(exact.reshape(shape),
+                                                       per_token.reshape(shape)),
+                                 seconds=seconds))
   return records

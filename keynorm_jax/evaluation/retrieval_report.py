@@ -1,4 +1,5 @@
-"""Retrieval results as a table (exact match by length), a CSV by depth, and the needle heat map."""
+"""Retrieval results as a table (exact match by length), a CSV by depth, and the needle heat map;
+a seed group's cells as the mean (± standard deviation) over its seeds (seed_summary.py)."""
 
 import csv
 import pathlib
@@ -10,28 +11,49 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-CSV_FIELDS = ("run", "config", "step", "train_length", "task", "length", "rope_scaling", "depth",
-              "accuracy", "token_accuracy", "prompts", "chance", "not_applicable")
+from keynorm_jax.evaluation.seed_summary import (  # pylint: disable=wrong-import-position
+    cell_key, group_runs, run_label, seed_summaries, spread_caption)
+
+CSV_FIELDS = ("run", "seed", "config", "step", "train_length", "task", "length", "rope_scaling",
+              "depth", "accuracy", "token_accuracy", "prompts", "chance", "not_applicable")
 
 
 def _pct(x):
   return "n/a" if x is None else f"{100 * x:.1f}"
 
 
+def retrieval_caption(records) -> str:
+  """What retrieval_table's cells are."""
+  groups = group_runs(records)
+  caption = "Retrieval: exact match % (per-token %)"
+  if not groups:
+    return caption
+  over = spread_caption([r for r in records if r["run"] in groups], "")
+  return f"{caption}; a seed group's: exact match {over} (per-token: the mean)"
+
+
 def retrieval_table(records) -> str:
-  """Rows = run x method x task; columns = lengths; cells = exact match % (per-token %)."""
+  """Rows = run x method x task; columns = lengths; cells = exact match % (per-token %); a seed
+  group's: mean +- standard deviation over its seeds (per-token mean)."""
   lengths = sorted({r["length"] for r in records})
   rows = list(dict.fromkeys((r["run"], r["rope_scaling"], r["task"]) for r in records))
+  groups = group_runs(records)
   by_key = {(r["run"], r["rope_scaling"], r["task"], r["length"]): r for r in records}
+  summaries = {cell_key(r): r for r in seed_summaries(records)}
   head = ["run", "method", "task"] + [str(length) for length in lengths]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  for key in rows:
+  for run, method, task_name in rows:
     cells = []
     for length in lengths:
-      r = by_key.get((*key, length))
-      cells.append("" if r is None else "n/a" if r.get("not_applicable") else
-                   f"{_pct(r['accuracy'])} ({_pct(r['token_accuracy'])})")
-    lines.append("| " + " | ".join([*key, *cells]) + " |")
+      if run in groups:
+        r = summaries.get((run, length, None, task_name, method))
+        text = lambda r: (f"{_pct(r['accuracy_mean'])} ± {_pct(r['accuracy_std'])} "
+                          f"({_pct(r['token_accuracy_mean'])})")
+      else:
+        r = by_key.get((run, method, task_name, length))
+        text = lambda r: f"{_pct(r['accuracy'])} ({_pct(r['token_accuracy'])})"
+      cells.append("" if r is None else "n/a" if r.get("not_applicable") else text(r))
+    lines.append("| " + " | ".join([run_label(run, groups), method, task_name, *cells]) + " |")
   return "\n".join(lines)
 
 
@@ -88,11 +110,16 @@ def plot_heat_map(records, path, *, title: str) -> None:
 
 
 def retrieval_writers(records) -> dict:
-  """{file name: writer(path)} of retrieval.csv and one heat map per run x method."""
+  """{file name: writer(path)} of retrieval.csv and one heat map per run x method (a seed group's:
+  the mean exact match over its seeds)."""
   writers = {"retrieval.csv": lambda path: write_retrieval_csv(records, path)}
+  groups = group_runs(records)
+  cells = [r for r in records if r["run"] not in groups] + [
+      {**s, "accuracy_by_depth": s.get("accuracy_by_depth_mean")} for s in seed_summaries(records)]
   for run, method in dict.fromkeys((r["run"], r["rope_scaling"]) for r in records):
-    found = [r for r in records if r["run"] == run and r["rope_scaling"] == method]
-    title = f"{run}, inference: {method}"
+    found = [r for r in cells if r["run"] == run and r["rope_scaling"] == method]
+    title = (f"{run}, inference: {method}" +
+             (f", mean over {len(groups[run])} seeds" if run in groups else ""))
     writers[heat_map_name(run, method)] = (
         lambda path, found=found, title=title: plot_heat_map(found, path, title=title))
   return writers

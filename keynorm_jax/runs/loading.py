@@ -5,7 +5,8 @@ deleted by a training run still writing the workdir, is skipped (with a warning)
 disk is moved or written. Only the parameters are read, so a run evaluates whatever optimizer it
 was trained with. A run whose position method changes during training (DroPE) is evaluated as the
 model that trained its checkpoint's last step (phases.py). A seed group's workdir
-(--config.num_seeds > 1) is refused in one line for now.
+(--config.num_seeds = N > 1, training/seed_group.py) restores as one TrainedRun whose parameters
+carry the group's leading seed axis [N, ...] and whose `seeds` name the members in that order.
 """
 
 import dataclasses
@@ -14,7 +15,6 @@ import pathlib
 import jax
 
 from keynorm_jax import run_config
-from keynorm_jax.errors import ConfigError
 from keynorm_jax.models import init_params
 from keynorm_jax.runs.phases import config_at_step
 from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
@@ -23,11 +23,35 @@ from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, 
 
 @dataclasses.dataclass
 class TrainedRun:
+  """A run's restored parameters. seeds: a seed group's member seeds, in the order of the leading
+  seed axis [N, ...] of every parameter; None for a single run (parameters without that axis)."""
   name: str
   workdir: pathlib.Path
   config: object  # resolved ml_collections.ConfigDict
   step: int
   params: dict
+  seeds: tuple[int, ...] | None = None
+
+  @property
+  def member_seeds(self) -> tuple[int, ...]:
+    """The seeds whose results the run gives: a group's members, or a single run's own seed."""
+    return self.seeds if self.seeds is not None else (self.config.seed,)
+
+  def member(self, index: int) -> "TrainedRun":
+    """Member `index` of a group as a single run (a single run itself for index 0)."""
+    if self.seeds is None:
+      if index != 0:
+        raise IndexError(f"{self.name} is a single run; it has no member {index}.")
+      return self
+    return dataclasses.replace(self, params=jax.tree.map(lambda x: x[index], self.params),
+                               seeds=None, config=_with_seed(self.config, self.seeds[index]))
+
+
+def _with_seed(config, seed: int):
+  """A group's config as its member `seed`'s single run."""
+  config = config.copy_and_resolve_references()
+  config.seed, config.num_seeds = seed, 1
+  return config
 
 
 def find_runs(workdir) -> list[pathlib.Path]:
@@ -49,11 +73,13 @@ def _model_of(config):
 
 
 def abstract_params(config, sharding=None):
-  """Shapes and dtypes (with `sharding`) of the parameters of the model a config describes."""
+  """Shapes and dtypes (with `sharding`) of the parameters of the model a config describes; a
+  seed group's (num_seeds = N > 1) with the leading seed axis [N, ...] of its stacked state."""
   model = _model_of(config)
   shapes = jax.eval_shape(lambda: init_params(model, config.seed, config.train_length))
-  return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
-                      shapes)
+  seeds = (config.num_seeds,) if config.get("num_seeds", 1) > 1 else ()
+  return jax.tree.map(lambda s: jax.ShapeDtypeStruct((*seeds, *s.shape), s.dtype,
+                                                     sharding=sharding), shapes)
 
 
 def load_run(workdir, *, warn=None, trust_unverified=False) -> TrainedRun:
@@ -76,10 +102,6 @@ def load_run(workdir, *, warn=None, trust_unverified=False) -> TrainedRun:
 
   def state_args(config_dict, step_dir):
     config = run_config.resolve(run_config.config_from_json_dict(config_dict))
-    if config.num_seeds > 1:  # the stacked state of training/seed_group.py
-      raise ConfigError(f"{workdir} holds a seed group of {config.num_seeds} (seeds "
-                        f"{config.seed} to {config.seed + config.num_seeds - 1}); evaluating "
-                        f"groups is not supported yet: evaluate single runs (--config.seed=S).")
     target = abstract_params(config, device)
     check_params_match(step_dir, target, fix="Evaluate it with the version of keynorm-jax that "
                                              "trained it, or retrain.")
@@ -96,5 +118,8 @@ def load_run(workdir, *, warn=None, trust_unverified=False) -> TrainedRun:
     warn(f"{workdir.name}: checkpoint {restored.step} is from before {config.model.position} "
          f"switched from {trained_as.model.position}; evaluated as {trained_as.model.position}, "
          f"the model that trained it.")
+  num_seeds = config.get("num_seeds", 1)
+  seeds = (tuple(range(config.seed, config.seed + num_seeds))  # as training/seed_group.py's
+           if num_seeds > 1 else None)
   return TrainedRun(name=workdir.name, workdir=workdir, config=trained_as, step=restored.step,
-                    params=restored.state["params"])
+                    params=restored.state["params"], seeds=seeds)
