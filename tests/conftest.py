@@ -65,3 +65,19 @@ def straight_run(tmp_path_factory, data_dir):
   workdir = tmp_path_factory.mktemp("straight")
   training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
   return workdir
+
+
+# The files that took longest (a full run on 2 workers, 2026-11-28), longest first. xdist hands out
+# whole files (--dist loadfile) in collection order as workers free up, so a long file collected
+# last would leave the other worker idle at the end: these go first, the rest keep their order.
+LONG_FILES = ("test_methods_end_to_end.py", "test_accelerator_session.py", "test_seed_groups.py",
+              "test_training.py", "test_study_groups.py", "test_notebook_and_reproduce.py",
+              "test_kernels.py", "test_group_eval.py", "test_study.py", "test_hf_import.py",
+              "test_drope.py", "test_layer_stack.py", "test_transformer.py", "test_disks.py",
+              "test_preemption.py", "test_multihost.py", "test_kill_mid_save.py",
+              "test_blocked_attention.py", "test_dot_product_kernel.py")
+
+
+def pytest_collection_modifyitems(items):
+  rank = {name: i for i, name in enumerate(LONG_FILES)}
+  items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
