@@ -15,13 +15,8 @@ import pathlib
 import shutil
 import time
 
-import jax
-
-from keynorm_jax import run_config
 from keynorm_jax.errors import ConfigError
-from keynorm_jax.runs import TrainedRun, abstract_params, config_at_step
-from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
-                                               params_restore_args)
+from keynorm_jax.runs import TrainedRun, load_run
 from keynorm_jax.study import plan
 from keynorm_jax.study.records import RecordStore
 from keynorm_jax.study.runner import evaluated_record, study_config
@@ -54,45 +49,16 @@ def group_key(members: list[plan.StudyRun]) -> str:
   return f"{members[0].key.rsplit('__seed', 1)[0]}__seeds{members[0].seed}-{members[-1].seed}"
 
 
-def member_config(config_dict: dict, seed: int):
-  """The resolved config of one member (a single run of `seed`) of a group's saved config."""
-  single = {k: v for k, v in config_dict.items() if k != "member_seeds"}
-  return run_config.resolve(run_config.config_from_json_dict({**single, "seed": seed,
-                                                              "num_seeds": 1}))
-
-
 def load_members(workdir, members: list[plan.StudyRun], *, warn=print) -> list[TrainedRun]:
   """Each member of the seed group in `workdir` (members: its entries, seeds checked) as the
-  TrainedRun its single run would be (named by its key): its parameters from the newest usable
-  checkpoint, its config member_config's, as of the checkpoint's step (runs.config_at_step).
-  Nothing is moved or written."""
-  workdir = pathlib.Path(workdir)
-  seeds = [entry.seed for entry in members]
-  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  saved = {}
-
-  def state_args(config_dict, step_dir):
-    config = run_config.resolve(run_config.config_from_json_dict(config_dict))
-    if seed_group.member_seeds(config) != list(seeds):
-      raise ConfigError(f"{workdir} holds seeds {seed_group.member_seeds(config)}, not the group "
-                        f"{list(seeds)}; remove it, or pass another --runs_dir.")
-    one = abstract_params(member_config(config_dict, seeds[0]), device)
-    target = jax.tree.map(lambda s: jax.ShapeDtypeStruct((len(seeds), *s.shape), s.dtype,
-                                                         sharding=device), one)
-    check_params_match(step_dir, target, fix="Evaluate it with the version of keynorm-jax that "
-                                             "trained it, or retrain.")
-    saved[step_dir.name] = config_dict
-    return params_restore_args(target)
-
-  restored = RunCheckpoints(workdir, read_only=True, warn=warn).restore_latest(state_args)
-  if restored is None:
-    raise CheckpointError(f"{workdir / 'checkpoints'} holds no finished checkpoint; train "
-                          f"(or resume) the group first.")
-  config_dict = saved[str(restored.step)]
-  return [TrainedRun(name=entry.key, workdir=workdir,
-                     config=config_at_step(member_config(config_dict, entry.seed), restored.step),
-                     step=restored.step, params=seed_group.member(restored.state["params"], i))
-          for i, entry in enumerate(members)]
+  TrainedRun its single run would be (named by its key): runs.load_run's group, split by
+  TrainedRun.member. Nothing is moved or written."""
+  seeds = tuple(entry.seed for entry in members)
+  group = load_run(workdir, warn=warn)
+  if group.member_seeds != seeds:
+    raise ConfigError(f"{workdir} holds seeds {list(group.member_seeds)}, not the group "
+                      f"{list(seeds)}; remove it, or pass another --runs_dir.")
+  return [dataclasses.replace(group.member(i), name=entry.key) for i, entry in enumerate(members)]
 
 
 def run_group(members: list[plan.StudyRun], *, scale: str, store: RecordStore, runs_dir,
