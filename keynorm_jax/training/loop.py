@@ -12,7 +12,6 @@ trains its members' stacked states through the same loop (seed_group.py).
 
 import errno
 import json
-import math
 import time
 
 from absl import logging
@@ -35,17 +34,14 @@ from keynorm_jax.data.train_stream import train_dataset
 from keynorm_jax.scoring import make_scorer, score_windows, token_scores
 from keynorm_jax.models import count_params, init_params
 from keynorm_jax.training.metrics_writer import MetricsWriter
+from keynorm_jax.training.non_finite import (  # NonFiniteLossError: callers catch it from here
+    NonFiniteLossError, non_finite, non_finite_error)
 from keynorm_jax.training.optimizer import learning_rate_schedule, make_optimizer
 from keynorm_jax.training.phases import check_resume, phase_of, training_phases
 
 # Keys that may change when a stopped run is continued (they do not change what is computed);
 # optimizer settings may change too when allowed explicitly (see config_changes.py).
 RESUMABLE_CHANGES = config_changes.FREE_CHANGES
-
-
-class NonFiniteLossError(FloatingPointError):
-  """The loss, gradient norm, parameters or eval loss became NaN or infinite; nothing
-  non-finite was saved, and the last good checkpoint is kept."""
 
 
 def init_state(model, tx, seed: int, train_length: int):
@@ -111,43 +107,6 @@ def _tokens(config, split):
     multihost_utils.sync_global_devices(f"keynorm_jax data ready: {split}")
   return join_documents(corpora.load_documents(config.data, split), config.data)
 
-
-
-def _member_rows(metrics: dict, members: int) -> list[dict]:
-  """A step's fetched metrics as one dict of floats per member (members = 0: a single run's)."""
-  if not members:
-    return [{k: float(v) for k, v in metrics.items()}]
-  return [{k: float(v[i]) for k, v in metrics.items()} for i in range(members)]
-
-
-def _mean(rows: list[dict], key: str) -> float:
-  return sum(r[key] for r in rows) / len(rows)
-
-
-def _non_finite(metrics: dict) -> str | None:
-  """What became NaN or infinite in a step's metrics (None if all is finite)."""
-  for key, what in (("loss", "the loss"), ("grad_norm", "the gradient norm"),
-                    ("eval_loss", "the eval loss")):
-    if key in metrics and not math.isfinite(metrics[key]):
-      return f"{what} became {metrics[key]}"
-  if not metrics.get("state_finite", 1.0):
-    return "the parameters or optimizer state became NaN or infinite"
-  return None
-
-
-def _non_finite_error(problem: str, step: int, last_good, config, workdir) -> NonFiniteLossError:
-  knobs = (f"a lower --config.learning_rate (now {config.learning_rate:g}) or a larger "
-           f"--config.warmup_steps (now {config.warmup_steps})")
-  problem = (f"{problem[0].upper()}{problem[1:]} at or before step {step} (metrics are checked "
-             f"at every log, eval and checkpoint step); nothing non-finite was saved.")
-  if last_good is None:
-    return NonFiniteLossError(
-        f"{problem} No checkpoint was written before it in {workdir / 'checkpoints'}, so there "
-        f"is nothing to resume: start over with {knobs}.")
-  return NonFiniteLossError(
-      f"{problem} The last good checkpoint (step {last_good}) is kept in "
-      f"{workdir / 'checkpoints'} and restores finite. Resume from it with {knobs}, adding "
-      f"--allow_config_change=learning_rate,warmup_steps.")
 
 
 def _saved_config(workdir):
@@ -371,21 +330,21 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
       if not (step % config.log_every_steps == 0 or evaluate or stopping or preempted
               or step % config.checkpoint_every_steps == 0):
         continue  # metrics are fetched (and checked for NaN) only at log / eval / save steps
-      rows = _member_rows(jax.device_get(metrics), len(seeds) if group else 0)
+      rows = seed_group.member_rows(jax.device_get(metrics), len(seeds) if group else 0)
       now = time.perf_counter()
       for i, metrics in enumerate(rows):
-        if evaluate and _non_finite(metrics) is None:
+        if evaluate and non_finite(metrics) is None:
           params = seed_group.member(state["params"], i) if group else state["params"]
           correct, nll = score_windows(scorers[phase], params, validation, config.batch_size)
           metrics.update(eval_loss=float(nll.mean()), eval_accuracy=float(correct.mean()))
-        problem = _non_finite(metrics)
+        problem = non_finite(metrics)
         if problem:
           saver.wait()
           if group:
             problem = f"seed {seeds[i]} of the group (seeds {seeds[0]} to {seeds[-1]}): {problem}"
-          raise _non_finite_error(problem, step, last_good, config, workdir)
+          raise non_finite_error(problem, step, last_good, config, workdir)
         del metrics["state_finite"]
-      progress.set_postfix(loss=f"{_mean(rows, 'loss'):.3f}", acc=f"{_mean(rows, 'accuracy'):.3f}")
+      progress.set_postfix(loss=f"{seed_group.mean(rows, 'loss'):.3f}", acc=f"{seed_group.mean(rows, 'accuracy'):.3f}")
       if step % config.log_every_steps == 0 or evaluate:
         tokens = (step - tick_step) * config.batch_size * config.train_length  # per member
         logged = [{**metrics, "learning_rate": float(schedule(step - 1)),

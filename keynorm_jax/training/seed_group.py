@@ -137,3 +137,15 @@ class MemberBatches:
                         f"members' streams; resume it with the num_seeds that trained it.")
     for it, s in zip(self._iterators, members):
       it.set_state(s)
+
+
+def member_rows(metrics: dict, members: int) -> list[dict]:
+  """A step's fetched metrics as one dict of floats per member (members = 0: a single run's)."""
+  if not members:
+    return [{k: float(v) for k, v in metrics.items()}]
+  return [{k: float(v[i]) for k, v in metrics.items()} for i in range(members)]
+
+
+def mean(rows: list[dict], key: str) -> float:
+  """The members' mean of one metric (the progress bar's)."""
+  return sum(r[key] for r in rows) / len(rows)
