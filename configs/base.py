@@ -7,7 +7,7 @@ unpacked as is into keynorm_jax.models.ModelConfig.
 
 import ml_collections
 
-from keynorm_jax.positions import knob_defaults, rope_scaling_defaults
+from keynorm_jax.positions import indices_knob_defaults, knob_defaults, rope_scaling_defaults
 
 
 def get_config(name="baseline_rope", *, attention="baseline", position="rope", logn=False,
@@ -29,6 +29,10 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.position = position           # a training-time position method: see README's method table
   m.position_options = ml_collections.ConfigDict(
       {**knob_defaults(position), **(position_options or {})})  # its knobs; 0 = its default
+  m.indices = "integer"           # the position indices every encoding reads: integer (token t at
+                                  # t) / random_integer / ...: see README's method table
+  m.indices_options = ml_collections.ConfigDict(indices_knob_defaults())  # every indices knob;
+                                  # 0 = its default
   m.rope_theta = 10000.0
   m.rope_scaling = ml_collections.ConfigDict(rope_scaling_defaults())  # the model's own RoPE
                                   # scaling, in training and at every length (a Hugging Face

@@ -4,7 +4,8 @@
 the model_size preset" or another default, which run_config.resolve fills in);
 tests/test_config_fields.py fails for a key of the base config that has no entry here, so a new
 field cannot be added without its check. A position method's own knobs
-(`model.position_options.*`) are checked by the method (keynorm_jax/positions/). Rules between
+(`model.position_options.*`) and the indices' (`model.indices_options.*`) are checked by their
+classes (keynorm_jax/positions/). Rules between
 fields (e.g. the retrieval episode's length) live in run_config.validate, which calls `check`.
 """
 
@@ -120,6 +121,7 @@ FIELDS = {
     "model.ssmax": Field(bool),
     "model.cosa_scale": Field(float, low=0.0, meaning="CosA's lambda; 0 = 4 log(train_length / 2)"),
     "model.position": _text(),
+    "model.indices": _text(),
     "model.rope_theta": Field(float, low=1.0, low_open=True, meaning="the RoPE base"),
     "model.rope_scaling.type": _text(),
     "model.rope_scaling.factor": Field(float, low=1.0, meaning="the trained RoPE scaling's factor"),
@@ -167,6 +169,7 @@ def _model_fields() -> dict:
   from keynorm_jax.models import config as model  # pylint: disable=g-import-not-at-top
   choices = {"architecture": model.ARCHITECTURES, "attention": VARIANTS,
              "qk_norm": model.QK_NORMS, "position": tuple(positions.TRAINING_METHODS.names()),
+             "indices": tuple(positions.INDICES.names()),
              "norm_position": model.NORM_POSITIONS, "gau_qk": model.GAU_QK, "mlp": model.MLPS,
              "norm": model.NORMS,
              "compute_dtype": model.DTYPES, "param_dtype": model.DTYPES, "kernel": KERNEL_NAMES,
@@ -179,7 +182,8 @@ def fields() -> dict:
   return {**FIELDS, **_model_fields()}
 
 
-_OWN_KNOBS = "model.position_options."  # checked by the position method (see the docstring)
+# Checked by the position method and by the indices (see the docstring).
+_OWN_KNOBS = ("model.position_options.", "model.indices_options.")
 
 
 def leaves(config, prefix: str = "") -> dict:

@@ -119,8 +119,8 @@ def test_every_fusable_position_setting(method, column):
     if spec.learned_bias:
       module = {"kerple_log": KerpleLogBias(H), "fire": FireBias(H, TRAIN)}[spec.learned_bias]
       kwargs["score_bias"] = learned_bias(module)
-    if training.random_positions:
-      kwargs["positions"] = training.training_positions(jax.random.PRNGKey(2), B, T, TRAIN)
+    if training.own_indices() is not None:
+      kwargs["positions"] = training.own_indices().training(jax.random.PRNGKey(2), B, T, TRAIN)
     # Gradients for the settings a model trains with (no inference method); the inference
     # methods are evaluated forward only.
     _compare(q, k, v, kwargs, gradients=column_name == "none")

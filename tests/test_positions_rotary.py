@@ -1,13 +1,12 @@
 """RoPE and the methods that change its angles, against the independent NumPy references
 (tests/numpy_positions_reference.py): xPos (and ReRoPE on it), p-RoPE, Llama 3's frequencies,
-randomized positions, and the inference-time rewrites of RoPE's relative positions (Self-Extend,
-STRING, DCA). Every attention check runs full and in query blocks that really split the queries
-(T = 12 in blocks of 5). The other kinds: test_positions_bias.py, test_positions_scaling.py; the
-registry's rules: test_positions.py."""
+and the inference-time rewrites of RoPE's relative positions (Self-Extend, STRING, DCA). Every
+attention check runs full and in query blocks that really split the queries (T = 12 in blocks of
+5). The other kinds: test_positions_bias.py, test_positions_scaling.py; the registry's rules:
+test_positions.py; the position indices (randomized ones): test_position_indices.py."""
 
 import math
 
-import jax
 import numpy as np
 import pytest
 
@@ -75,15 +74,6 @@ def test_llama3_matches_hf_formula(setting):
   np.testing.assert_allclose(np.asarray(got), ref.llama3_inv_freq(dim, base, factor, low, high,
                                                                   original), rtol=2e-6)
   assert attention_factor == 1.0
-
-
-def test_randomized_positions_are_sorted_distinct_and_in_range():
-  method = positions.training_method("randomized_rope")
-  drawn = np.asarray(method.training_positions(jax.random.PRNGKey(0), 16, 64, train_length=64))
-  assert drawn.shape == (16, 64)
-  assert all(ref.randomized_positions_ok(row, 64, 8 * 64) for row in drawn)
-  assert len({tuple(row) for row in drawn}) == 16       # fresh per sequence
-  assert drawn.max() > 4 * 64                            # they do reach far positions
 
 
 @pytest.mark.parametrize("block", BLOCKS)

@@ -37,6 +37,8 @@ def refusal(cfg: ModelConfig):
       (cfg.position == "rope" and not cfg.position_options,
        f"its positions are {cfg.position!r}{' with options' if cfg.position_options else ''} "
        "(Llama's are plain RoPE)"),
+      (not cfg.position_indices.explicit, f"its position indices are {cfg.indices!r} (Llama's "
+                                          "are 0, 1, 2, ...)"),
       (cfg.qk_norm == "none", f"it has QK-norm ({cfg.qk_norm})"),
       (not cfg.logn and not cfg.ssmax, "it scales scores by log n or SSMax"),
       (cfg.norm == "rmsnorm" and cfg.norm_position == "pre", "its norms are not pre-norm RMSNorm"),

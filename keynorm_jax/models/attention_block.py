@@ -73,9 +73,9 @@ class PositionalAttention(nn.Module):
     spec = attention_spec(cfg, self.spec, q.shape[1])
     learned = attention.Learned(**{name: build(cfg, self.spec, q.shape[-1], x)
                                    for name, build in LEARNED.items()})
-    # Positions are 0..T-1 unless the method draws random training positions: say so (None), so
-    # that a kernel can count a window by index.
-    at = positions_BxT if cfg.position_method.random_positions else None
+    # Positions are 0..T-1 unless the model's indices are other ones: say so (None), so that a
+    # kernel can count a window by index.
+    at = positions_BxT if cfg.position_indices.explicit else None
     self.sow("intermediates", "key_norm", jnp.linalg.norm(k.astype(jnp.float32), axis=-1))
     if not self.is_mutable_collection("intermediates"):
       return attention.attend(q, k, v, spec, learned, positions=at, kernel=cfg.kernel,

@@ -63,6 +63,8 @@ class ModelConfig:
   cosa_scale: float = 0.0
   position: str = "rope"
   position_options: tuple = ()
+  indices: str = "integer"
+  indices_options: tuple = ()
   rope_theta: float = 10000.0
   rope_scaling: tuple = ()          # model.rope_scaling's fields (positions.rope_scaling_defaults)
   compute_dtype: str = "float32"
@@ -73,7 +75,7 @@ class ModelConfig:
   train_length: int = 512
 
   def __post_init__(self):
-    for name in ("position_options", "rope_scaling"):  # hashable: sorted (key, value) pairs
+    for name in ("position_options", "indices_options", "rope_scaling"):  # hashable: sorted (key, value) pairs
       if not isinstance(getattr(self, name), tuple):
         object.__setattr__(self, name, tuple(sorted(dict(getattr(self, name)).items())))
     _choice("architecture", self.architecture, ARCHITECTURES)
@@ -134,6 +136,7 @@ class ModelConfig:
                            train_length=self.train_length)
     if reason:
       raise ConfigError(f"model.position={self.position!r} cannot run here: {reason}.")
+    self._check_indices(method)
     self._check_rope_scaling(method)
     if self.scan_layers:
       self._check_identical_layers()
@@ -143,6 +146,21 @@ class ModelConfig:
     # it.
     object.__setattr__(self, "cpu_ops", self.kernel == "cpu" or (
         self.kernel != "reference" and jax.default_backend() == "cpu"))
+
+  def _check_indices(self, method):
+    try:
+      chosen = positions.position_indices(self.indices, dict(self.indices_options))
+    except ValueError as e:
+      raise ConfigError(f"model.indices: {e}") from None
+    if method.own_indices() is not None and chosen.explicit:
+      raise ConfigError(f"model.position={self.position!r} comes with its own indices; leave "
+                        f"model.indices at integer (or train position=rope with "
+                        f"model.indices={self.indices!r}).")
+    indices = self.position_indices
+    if method.absolute == "learned" and indices.explicit:
+      raise ConfigError(f"model.indices={indices.name!r}: the learned position table has one row "
+                        f"per index 0..train_length-1, and these indices are not those; leave "
+                        f"model.indices at integer.")
 
   def _check_rope_scaling(self, method):
     scaling = self.trained_rope_scaling
@@ -186,6 +204,14 @@ class ModelConfig:
   @property
   def position_method(self) -> positions.TrainingMethod:
     return positions.training_method(self.position, dict(self.position_options))
+
+  @property
+  def position_indices(self) -> positions.Indices:
+    """The indices every encoding reads: the position method's own (randomized RoPE), else the
+    model.indices setting."""
+    own = self.position_method.own_indices()
+    return own if own is not None else positions.position_indices(self.indices,
+                                                                  dict(self.indices_options))
 
   @property
   def trained_rope_scaling(self) -> dict | None:

@@ -19,17 +19,17 @@ from keynorm_jax.models.linear import linear
 
 def sequence_positions(module: nn.Module, cfg: ModelConfig, batch: int, length: int,
                        deterministic: bool):
-  """[B, T] positions: the method's training positions (randomized RoPE) when training, else
-  0..T-1. Refuses a length past what the method can encode (a learned table's rows)."""
-  method = cfg.position_method
-  limit = method.max_length(cfg.train_length)
+  """[B, T] positions: the model's indices (positions/indices.py), drawn afresh for each training
+  batch when they are random. Refuses a length past what the method can encode (a learned table's
+  rows)."""
+  limit = cfg.position_method.max_length(cfg.train_length)
   if limit is not None and length > limit:
     raise ValueError(f"{cfg.position} positions stop at {limit} tokens; a sequence of {length} "
                      f"is past them (not applicable).")
-  if not deterministic and method.random_positions:
-    return method.training_positions(module.make_rng("positions"), batch, length,
-                                     cfg.train_length)
-  return jnp.broadcast_to(jnp.arange(length), (batch, length))
+  indices = cfg.position_indices
+  if not deterministic and indices.random:
+    return indices.training(module.make_rng("positions"), batch, length, cfg.train_length)
+  return indices.inference(batch, length, cfg.train_length)
 
 
 class Embedder(nn.Module):

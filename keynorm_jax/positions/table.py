@@ -3,6 +3,7 @@
 import dataclasses
 import re
 
+from keynorm_jax.positions.indices import INDICES
 from keynorm_jax.positions.inference import INFERENCE_METHODS
 from keynorm_jax.positions.registry import knob_help
 from keynorm_jax.positions.training_methods import TRAINING_METHODS
@@ -24,6 +25,9 @@ def method_table() -> str:
   for cls in TRAINING_METHODS.classes():
     lines.append(f"| `{cls.name}` | training (`model.position`) | {cls.summary} | "
                  f"{_knobs(cls, 'model.position_options.')} | {cls.paper} |")
+  for cls in INDICES.classes():
+    lines.append(f"| `{cls.name}` | indices (`model.indices`) | {cls.summary} | "
+                 f"{_knobs(cls, 'model.indices_options.')} | {cls.paper} |")
   for cls in INFERENCE_METHODS.classes():
     lines.append(f"| `{cls.name}` | inference (`eval.py --methods`) | {cls.summary} | "
                  f"{_knobs(cls, '--')} | {cls.paper} |")

@@ -1,16 +1,14 @@
 """Training-time position methods (the model's `position` setting), one class each.
 
 Each class says what every attention layer needs (`layer_spec`), whether the token embedding gets
-absolute positions (`absolute`), how long a sequence it can take (`max_length`), which positions a
-training sequence uses (`training_positions`), and which combinations it refuses (`refuse`).
+absolute positions (`absolute`), how long a sequence it can take (`max_length`), whether it comes
+with its own position indices (`own_indices`), and which combinations it refuses (`refuse`).
 """
 
 import dataclasses
 import typing
 
-import jax
-import jax.numpy as jnp
-
+from keynorm_jax.positions.indices import Indices, RandomInteger
 from keynorm_jax.positions.registry import Method, Registry, knob
 from keynorm_jax.positions.spec import AttentionSpec, RotarySpec, alibi_slopes
 
@@ -27,7 +25,6 @@ class TrainingMethod(Method):
   rotary: typing.ClassVar[bool] = False        # RoPE-based: inference RoPE scalings apply
   absolute: typing.ClassVar[str | None] = None  # "sinusoidal" / "learned" embedding
   bias: typing.ClassVar[str | None] = None      # "alibi" / "kerple_log" / "fire"
-  random_positions: typing.ClassVar[bool] = False  # training_positions draws from an rng
   layers_without_rope: typing.ClassVar[bool] = True  # some layer has no rotation
   # Its paper trains it on a multi-head Transformer: the field study (study/plan.py) and the
   # end-to-end tests train it there as well as on the GAU (ALiBi: for its several heads' slopes).
@@ -43,9 +40,9 @@ class TrainingMethod(Method):
     del train_length
     return None
 
-  def training_positions(self, rng, batch: int, length: int, train_length: int):
-    """[B, T] positions of training sequences (random_positions methods only)."""
-    del rng, batch, length, train_length
+  def own_indices(self) -> Indices | None:
+    """The position indices the method is defined with (randomized RoPE: random integers), or
+    None: the model's `indices` setting."""
     return None
 
   def refuse(self, *, attention: str, num_heads: int, logn: bool,
@@ -173,23 +170,16 @@ class Fire(TrainingMethod):
 @register
 @dataclasses.dataclass(frozen=True)
 class RandomizedRope(Rope):
+  """RoPE at the `random_integer` indices (positions/indices.py): the same model as
+  position=rope with model.indices=random_integer, kept under its own name."""
   name = "randomized_rope"
   summary = "RoPE at sorted random positions in training"
   paper = "Ruoss et al. 2023, Randomized Positional Encodings (arXiv 2305.16843)"
-  random_positions = True
   max_position: int | None = knob(None, "positions are drawn from [0, max_position); default "
                                   "8 x train_length")
 
-  def training_positions(self, rng, batch, length, train_length):
-    limit = self.max_position or 8 * train_length
-    if limit < length:
-      raise ValueError(f"randomized_rope max_position {limit} is below the sequence length "
-                       f"{length}; raise --config.model.position_options.max_position.")
-    # A sorted sample without replacement: the indices of the `length` smallest of `limit`
-    # uniform keys, in increasing order.
-    keys = jax.random.uniform(rng, (batch, limit))
-    chosen = jax.lax.top_k(-keys, length)[1]
-    return jnp.sort(chosen, axis=-1)
+  def own_indices(self):
+    return RandomInteger(self.max_position)
 
 
 @register

@@ -1,0 +1,126 @@
+"""The position indices (positions/indices.py): each setting's draws against its definition, the
+encodings at the indices drawn (RoPE, ALiBi, the sinusoidal embedding) against the NumPy
+references at those indices, the model's use of them, and the refusals."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from keynorm_jax import positions
+from keynorm_jax.errors import ConfigError
+from keynorm_jax.models import GAULM, ModelConfig
+from keynorm_jax.models.layers import sinusoidal_embedding
+from attention_cases import attend_options
+import numpy_positions_reference as ref
+from positions_helpers import B, INV, T, check, inputs
+
+TRAIN = 16
+CFG = ModelConfig(vocab_size=257, num_layers=2, d_model=16, expansion=24, qk_size=8,
+                  train_length=TRAIN)
+
+
+def drawn(name, batch=B, length=T, train_length=TRAIN, seed=0, **knobs):
+  """[batch, length] training indices of setting `name`, as float64."""
+  indices = positions.position_indices(name, knobs)
+  return np.asarray(indices.training(jax.random.PRNGKey(seed), batch, length, train_length),
+                    np.float64)
+
+
+def test_random_integer_draws_sorted_distinct_integers_in_range():
+  rows = drawn("random_integer", batch=16, length=64, train_length=64)
+  assert rows.shape == (16, 64)
+  assert all(ref.randomized_positions_ok(row, 64, 8 * 64) for row in rows)
+  assert len({tuple(row) for row in rows}) == 16       # fresh per sequence
+  assert rows.max() > 4 * 64                            # they do reach far positions
+
+
+@pytest.mark.parametrize("name", positions.INDICES.names())
+def test_inference_indices_are_the_same_for_every_row_and_do_not_decrease(name):
+  got = np.asarray(positions.position_indices(name).inference(3, 40, TRAIN), np.float64)
+  assert got.shape == (3, 40) and (got == got[0]).all()
+  assert np.all(np.diff(got[0]) >= 0) and got[0, 0] >= 0
+
+
+@pytest.mark.parametrize("name", positions.INDICES.names())
+@pytest.mark.parametrize("encoding", ["rope", "alibi"])
+def test_attention_at_the_drawn_indices_matches_numpy(name, encoding):
+  """RoPE rotates by the indices and ALiBi takes their differences: the attention given a
+  setting's training indices against the NumPy loops at those indices."""
+  q, k, v = inputs(3, heads=1)
+  at = drawn(name)
+  options = (dict(inv_freq=INV.astype(np.float32)) if encoding == "rope"
+             else dict(alibi_slopes=(0.3,)))
+  got, _ = attend_options(q, k, v, variant="kna", positions=jnp.asarray(at, jnp.float32),
+                          **options)
+  expected = np.zeros(got.shape)
+  for b in range(B):
+    p = at[b]
+    if encoding == "rope":
+      kwargs = dict(inv_freq=INV, relative=lambda i, j, p=p: p[i] - p[j])
+    else:
+      kwargs = dict(bias=-0.3 * (p[:, None] - p[None, :]))
+    expected[b, :, 0] = ref.attention(q[b, :, 0], k[b, :, 0], v[b, :, 0], variant="kna", **kwargs)
+  check(got, expected, atol=5e-5)
+
+
+@pytest.mark.parametrize("name", positions.INDICES.names())
+def test_sinusoidal_embedding_at_the_drawn_indices_matches_numpy(name):
+  at = drawn(name, batch=1)
+  got = np.asarray(sinusoidal_embedding(jnp.asarray(at, jnp.float32), 8))[0]
+  np.testing.assert_allclose(got, ref.sinusoidal_embedding(at[0], 8), atol=2e-5)
+
+
+def _logits(cfg, tokens, seed=None):
+  model = GAULM(cfg)
+  params = model.init(jax.random.PRNGKey(0), tokens)["params"]
+  if seed is None:
+    return np.asarray(model.apply({"params": params}, tokens))
+  return np.asarray(model.apply({"params": params}, tokens, deterministic=False,
+                                rngs={"positions": jax.random.PRNGKey(seed)}))
+
+
+TOKENS = np.random.default_rng(0).integers(0, 256, size=(2, TRAIN)).astype(np.int32)
+
+
+def test_randomized_rope_is_rope_at_random_integer_indices():
+  randomized = dataclasses.replace(CFG, position="randomized_rope")
+  rope = dataclasses.replace(CFG, indices="random_integer")
+  for seed in (None, 1):
+    np.testing.assert_array_equal(_logits(randomized, TOKENS, seed), _logits(rope, TOKENS, seed))
+
+
+@pytest.mark.parametrize("name", [n for n in positions.INDICES.names() if n != "integer"])
+@pytest.mark.parametrize("position", ["rope", "alibi", "sinusoidal"])
+def test_a_model_trains_at_drawn_indices_and_infers_at_its_inference_indices(name, position):
+  """Training batches draw afresh from the rng (two rngs, two results; one rng, one result) and
+  inference uses the inference indices: the same logits as the model given them explicitly."""
+  cfg = dataclasses.replace(CFG, position=position, indices=name)
+  one, again, other = (_logits(cfg, TOKENS, seed) for seed in (1, 1, 2))
+  np.testing.assert_array_equal(one, again)
+  assert np.abs(one - other).max() > 0
+  plain = _logits(dataclasses.replace(cfg, indices="integer"), TOKENS)
+  inferred = _logits(cfg, TOKENS)
+  integer_at_inference = np.array_equal(
+      np.asarray(cfg.position_indices.inference(1, TRAIN, TRAIN))[0], np.arange(TRAIN))
+  assert np.allclose(inferred, plain, atol=1e-5) == integer_at_inference
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(indices="sorted"), "Unknown indices 'sorted'"),
+    (dict(indices="integer", indices_options=(("max_position", 64),)), "has no knob max_position"),
+    (dict(position="randomized_rope", indices="random_integer"), "comes with its own indices"),
+    (dict(position="learned", indices="random_integer"), "one row per index"),
+    (dict(indices="random_integer", indices_options=(("max_position", -2),)), "at least 1"),
+])
+def test_bad_indices_settings_are_refused_in_one_line(changes, words):
+  with pytest.raises(ConfigError, match=words) as raised:
+    dataclasses.replace(CFG, **changes)
+  assert "\n" not in str(raised.value)
+
+
+def test_a_range_too_short_for_the_sequence_is_refused():
+  with pytest.raises(ValueError, match="max_position 8 is below the sequence length 12"):
+    drawn("random_integer", length=12, max_position=8)
