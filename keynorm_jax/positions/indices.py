@@ -63,9 +63,13 @@ class RandomRange(Indices):
     if self.max_position is not None and self.max_position < 1:
       raise ValueError(f"indices max_position must be at least 1, got {self.max_position}.")
 
+  def span(self, train_length: int) -> int:
+    """max_position: the end of the range indices are drawn from."""
+    return self.max_position or DEFAULT_RANGE_FACTOR * train_length
+
   def limit(self, length: int, train_length: int) -> int:
-    """max_position, checked to hold `length` indices."""
-    limit = self.max_position or DEFAULT_RANGE_FACTOR * train_length
+    """max_position, checked to hold `length` distinct integer indices."""
+    limit = self.span(train_length)
     if limit < length:
       raise ValueError(f"{self.name} indices: max_position {limit} is below the sequence length "
                        f"{length}; raise it (model.indices_options.max_position, or "
