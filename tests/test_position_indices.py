@@ -37,6 +37,27 @@ def test_random_integer_draws_sorted_distinct_integers_in_range():
   assert rows.max() > 4 * 64                            # they do reach far positions
 
 
+def test_random_float_draws_sorted_uniform_floats_whose_order_statistics_match_theirs():
+  """Shimizu et al. 2026: T uniform draws from [0, R), sorted. The t-th smallest of T uniforms on
+  [0, R) has mean R (t + 1) / (T + 1); over 4000 rows each mean is within 1% of R of it."""
+  rows = drawn("random_float", batch=4000, length=8, train_length=32)
+  span = 8 * 32
+  assert np.all(np.diff(rows, axis=1) >= 0) and rows.min() >= 0 and rows.max() < span
+  assert np.mean(rows != np.round(rows)) > 0.99                      # floats, not integers
+  np.testing.assert_allclose(rows.mean(axis=0), span * np.arange(1, 9) / 9, atol=0.01 * span)
+  assert len({tuple(row) for row in rows[:16]}) == 16                 # fresh per sequence
+
+
+@pytest.mark.parametrize("max_position", [None, 100])
+def test_random_float_infers_on_the_even_grid_of_its_range(max_position):
+  indices = positions.position_indices("random_float", {"max_position": max_position})
+  span = max_position or 8 * TRAIN
+  for length in (TRAIN, 8 * TRAIN):
+    got = np.asarray(indices.inference(2, length, TRAIN))
+    np.testing.assert_allclose(got, np.tile(span * np.arange(length) / length, (2, 1)),
+                               rtol=1e-6)
+
+
 @pytest.mark.parametrize("name", positions.INDICES.names())
 def test_inference_indices_are_the_same_for_every_row_and_do_not_decrease(name):
   got = np.asarray(positions.position_indices(name).inference(3, 40, TRAIN), np.float64)

@@ -93,6 +93,32 @@ class RandomInteger(RandomRange):
     return jnp.sort(chosen, axis=-1)
 
 
+@register
+@dataclasses.dataclass(frozen=True)
+class RandomFloat(RandomRange):
+  """Random Float Sampling: a training sequence's T indices are T independent uniform draws from
+  the real interval [0, max_position), sorted; at inference, the evenly spaced
+  max_position x t / T, t = 0..T-1, so that a sequence of any length lies in the range it was
+  trained in. The training rule is the paper's abstract's (continuous indices drawn at random
+  from a range shared by training and inference); its full text was not reachable from here, so
+  the inference grid (the draws' evenly spaced counterpart) and the default range (random_integer's)
+  are our choices, both knobs of this class."""
+  name = "random_float"
+  summary = ("sorted uniform random floats from [0, max_position) in training; "
+             "max_position x t / T at inference")
+  paper = ("Shimizu, Taniguchi & Matsuo 2026, Position Encoding with Random Float Sampling "
+           "Enhances Length Generalization of Transformers (arXiv 2602.14050)")
+  integer = False
+
+  def training(self, rng, batch, length, train_length):
+    draws = jax.random.uniform(rng, (batch, length), maxval=float(self.span(train_length)))
+    return jnp.sort(draws, axis=-1)
+
+  def inference(self, batch, length, train_length):
+    grid = jnp.arange(length, dtype=jnp.float32) * (self.span(train_length) / length)
+    return jnp.broadcast_to(grid, (batch, length))
+
+
 def position_indices(name: str, options=None) -> Indices:
   """The indices `name` with their knobs from `options` (a mapping; 0 / None mean default, and a
   knob left at its default may belong to another setting: model.indices_options holds them all)."""
