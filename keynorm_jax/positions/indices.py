@@ -30,7 +30,6 @@ class Indices(Method):
   summary = "token t at index t (0, 1, 2, ...)"
   paper = "-"
   random: typing.ClassVar[bool] = False    # `training` draws from an rng
-  integer: typing.ClassVar[bool] = True    # every index an integer (a learned table can look it up)
 
   @property
   def explicit(self) -> bool:
@@ -108,7 +107,6 @@ class RandomFloat(RandomRange):
              "max_position x t / T at inference")
   paper = ("Shimizu, Taniguchi & Matsuo 2026, Position Encoding with Random Float Sampling "
            "Enhances Length Generalization of Transformers (arXiv 2602.14050)")
-  integer = False
 
   def training(self, rng, batch, length, train_length):
     draws = jax.random.uniform(rng, (batch, length), maxval=float(self.span(train_length)))
