@@ -54,7 +54,8 @@ def scorer_compiles():
 # (config, model settings, methods): both layer layouts, both architectures, every kind of number.
 CASES = [
     ("kna_rope", {}, ("linear", "ntk", "dynamic_ntk", "yarn", "llama3", "yarn_temperature",
-                      "drope_temperature", "posthoc_ssmax", "rerope", "leaky_rerope", "window",
+                      "drope_temperature", "posthoc_ssmax")),
+    ("kna_rope", {}, ("rerope", "leaky_rerope", "self_extend", "dca", "string", "window",
                       "streaming")),
     ("transformer_kna_rope", {"scan_layers": True, "remat": True},
      ("yarn", "leaky_rerope", "window")),
@@ -63,7 +64,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,model,methods", CASES, ids=[case[0] for case in CASES])
+@pytest.mark.parametrize("name,model,methods", CASES,
+                         ids=[f"{case[0]}-{case[2][0]}" for case in CASES])
 def test_given_specs_give_the_logits_of_the_column_built_in(name, model, methods):
   """The model as trained with a column's specs given (their numbers arguments) computes the
   logits of the model built under that column (its numbers constants), and not those of the
@@ -77,7 +79,7 @@ def test_given_specs_give_the_logits_of_the_column_built_in(name, model, methods
   plain = lambda column: jax.jit(lambda p: run_config.build_model(config, column).apply(
       {"params": p}, tokens))(params)
   as_trained = plain(EvalColumn())
-  for column in make_columns(methods):
+  for column in make_columns(methods, string_window=4):  # (STRING's default W = S at 32 tokens)
     expected = plain(column)
     got = given(params, given_specs(cfg, column, LENGTH))
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5, err_msg=column.label)
