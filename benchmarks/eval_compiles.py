@@ -114,11 +114,11 @@ def stages(run, tokens):
 
 
 def digest(found) -> str:
-  """The mean loss (next-token) or exact match (retrieval) of a stage's records: the same figure
-  from two versions of the code says they computed the same results."""
+  """The mean loss (next-token) or answer-token accuracy (retrieval) of a stage's records: the same
+  figure from two versions of the code says they computed the same results."""
   if not isinstance(found, list):
     return ""
-  key = "loss" if "loss" in found[0] else "accuracy"
+  key = "loss" if "loss" in found[0] else "token_accuracy"
   return f"; mean {key} {sum(r[key] for r in found) / len(found):.9f} over {len(found)} records"
 
 
