@@ -70,7 +70,7 @@ def rope_inv_freq(rotary_dim, *, base=10000.0, scaling="none", factor=1.0, train
     low_freq_factor, high_freq_factor: llama3's wavelength bounds (L_train / factor).
 
   Returns:
-    (inv_freq, attention_factor); attention_factor is 1.0 except for YaRN.
+    (inv_freq, attention_factor): inv_freq a NumPy array; attention_factor 1.0 except for YaRN.
   """
   if scaling not in SCALINGS:
     raise ValueError(f"Unknown RoPE scaling {scaling!r}; choose one of {', '.join(SCALINGS)}.")
@@ -101,7 +101,8 @@ def rope_inv_freq(rotary_dim, *, base=10000.0, scaling="none", factor=1.0, train
   elif scaling == "llama3":
     _require_train_length(scaling, train_length)
     inv_freq = _llama3_inv_freq(inv_freq, factor, train_length, low_freq_factor, high_freq_factor)
-  return jnp.asarray(inv_freq, dtype=jnp.float32), float(attention_factor)
+  # NumPy, not JAX: computed outside a trace (models.given_specs), a JAX conversion would compile.
+  return np.asarray(inv_freq, dtype=np.float32), float(attention_factor)
 
 
 def _llama3_inv_freq(inv_freq, factor, train_length, low_freq_factor, high_freq_factor):

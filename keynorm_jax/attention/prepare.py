@@ -205,7 +205,8 @@ def prepare(q, k, v, spec: Spec, learned: Learned = Learned(), *, positions=None
     q_far = rotate(q, grouped + (w - w // g), 1.0)
     k_far = rotate(k, grouped, -1.0)
   elif inv_freq is not None and rerope_window is not None:
-    w, leak = float(rerope_window), float(leaky_rerope_factor or math.inf)
+    w = float(rerope_window)   # the leak k may be traced (attention.spec.NUMBERS)
+    leak = math.inf if leaky_rerope_factor is None else leaky_rerope_factor
     # q at p_i / leak + w (1 - 1/leak) against k at p_j / leak: relative w + (t - w) / leak.
     q_far = rotate(q, positions_BxT / leak + w * (1 - 1 / leak), 1.0)
     k_far = rotate(k, positions_BxT / leak, -1.0)

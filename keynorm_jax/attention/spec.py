@@ -6,6 +6,11 @@ position method and the evaluation column) and every value checked in its own co
 setting out of range, or one without its partner, is a ValueError naming it. `Learned` holds the
 arrays (bias functions, forget gates, CoPE's embeddings, SSMax's scale). prepare.py computes with
 both; what the kernels need to know (`Mods`) is derived here, never restated by a caller.
+
+A `Spec` is a JAX pytree: its inference-time numbers (`NUMBERS`) are its leaves, every other field
+its static structure. Passed to a jitted function as an argument, the numbers enter the compiled
+program as arguments rather than constants, and settings that differ only in them share one
+program (models/attention_block.py: GIVEN_SPECS; the evaluator's columns).
 """
 
 import dataclasses
@@ -159,8 +164,7 @@ class Spec:
       far_from = self.rerope_window
     elif self.rotary and self.sink_tokens is not None:
       far_from = self.window     # q sits at the cache's last slot k + w - 1, a sink key at p_j
-    slopes = (None if self.alibi_slopes is None else
-              jnp.asarray(np.asarray(self.alibi_slopes, np.float32)))
+    slopes = None if self.alibi_slopes is None else jnp.asarray(self.alibi_slopes, jnp.float32)
     return Mods(alibi_slopes=slopes, score_bias=learned.score_bias, window=self.window,
                 sink_tokens=self.sink_tokens, far_from=far_from,
                 explicit_positions=explicit_positions, forget_gate=learned.log_forget is not None,
@@ -170,3 +174,33 @@ class Spec:
                 cope_embeddings=(None if learned.cope_embeddings is None else
                                  jnp.asarray(learned.cope_embeddings)),
                 dca_chunk=self.dca_chunk if self.rotary else None)
+
+
+# The fields that may be traced (the pytree's leaves): numbers that only enter arithmetic on the
+# scores or the rotation, so a compiled program can take them as arguments. Every other field is
+# static (the pytree's structure): the variant, a knob that is absent or present (None or not), the
+# windows and integer positions (`window`, `sink_tokens`, `rerope_window`, `self_extend_group`,
+# `string_window`, `dca_chunk`, `dca_length`: the kernels choose blocks, skip them and call cuDNN's
+# sliding window from them in Python), and the training-time numbers (`cosa_scale`, `logn_base`,
+# `posthoc_logn_length`, `xpos_*`, `scale_invariant_tau`, fixed by the model: kept as constants so
+# that training computes exactly as before).
+NUMBERS = ("inv_freq", "attention_factor", "logit_scale", "llama4_temperature", "posthoc_ssmax",
+           "leaky_rerope_factor", "alibi_slopes")
+_STATIC = tuple(f.name for f in dataclasses.fields(Spec) if f.name not in NUMBERS)
+
+
+def _flatten(spec: Spec):
+  return (tuple(getattr(spec, name) for name in NUMBERS),
+          tuple(getattr(spec, name) for name in _STATIC))
+
+
+def _unflatten(static, numbers) -> Spec:
+  """A Spec from its parts without __post_init__: the values were checked when it was made, and
+  inside a trace the numbers are tracers (or JAX's placeholders), which no check can read."""
+  spec = object.__new__(Spec)
+  for name, value in zip(_STATIC + NUMBERS, static + tuple(numbers)):
+    object.__setattr__(spec, name, value)
+  return spec
+
+
+jax.tree_util.register_pytree_node(Spec, _flatten, _unflatten)

@@ -16,6 +16,7 @@ from keynorm_jax.attention import block_sizes
 from keynorm_jax.data import corpora
 from keynorm_jax.data.eval_sets import EVAL_SETS, eval_windows
 from keynorm_jax.data.tokenizer import join_documents
+from keynorm_jax.models import given_specs
 from keynorm_jax.positions import EvalColumn
 from keynorm_jax.scoring import make_scorer, score_windows
 
@@ -122,13 +123,21 @@ def _record(run, seed, length, eval_set, column, period, **fields):
           **fields}
 
 
-def score_members(scorer, run, windows, batch_size):
-  """(correct [S, N, L], nll [S, N, L]) of every member of `run` (S = 1 for a single run; a group's
-  scorer is make_scorer(..., stacked=True): one vmapped pass) on the windows [N, L+1]."""
-  correct, nll = score_windows(scorer, run.params, windows, batch_size)
-  if run.seeds is None:
-    return correct[None], nll[None]
-  return correct, nll
+def run_scorer(run):
+  """score(windows [N, L+1], batch_size, column) -> (correct [S, N, L], nll [S, N, L]) of every
+  member of `run` (S = 1 for a single run; a seed group's members in one vmapped pass) under an
+  evaluation column. One scorer serves all of the run's columns and lengths: its model as
+  trained, each column given as variables (models.given_specs), so that the columns that differ
+  only in numbers (attention.spec.NUMBERS) share one compiled program per length."""
+  model_cfg = run_config.model_config(run.config)
+  scorer = make_scorer(run_config.build_model(run.config), stacked=run.seeds is not None)
+
+  def score(windows, batch_size, column):
+    variables = given_specs(model_cfg, column, windows.shape[-1] - 1)
+    correct, nll = score_windows(scorer, run.params, windows, batch_size, variables)
+    return (correct[None], nll[None]) if run.seeds is None else (correct, nll)
+
+  return score
 
 
 def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, batch_size: int = 0,
@@ -150,6 +159,7 @@ def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, bat
   model_cfg, columns, lengths, limit = evaluation_plan(run, lengths, columns,
                                                        include_train_length, progress)
   tokens = held_out_tokens(config) if tokens is None else tokens
+  score = run_scorer(run)
   records = []
   for length in lengths:
     if limit is not None and length > limit:
@@ -166,13 +176,11 @@ def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, bat
     size = batch_size or auto_batch_size(model_cfg, length, num_windows, len(run.member_seeds))
     for column in columns:
       resolved = column.at(length, train_length)
-      scorer = make_scorer(run_config.build_model(config, column),  # one compile per length/column
-                           stacked=run.seeds is not None)
       for eval_set in EVAL_SETS:
         if progress:
           progress(f"{run.name} L={length} {eval_set} {resolved.label}")
         started = time.perf_counter()
-        correct, nll = score_members(scorer, run, windows[eval_set], size)
+        correct, nll = score(windows[eval_set], size, column)
         seconds = round(time.perf_counter() - started, 2)
         records += [_record(run, seed, length, eval_set, resolved, repeat_period,
                             **summarize(c, n, train_length=train_length,

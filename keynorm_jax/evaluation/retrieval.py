@@ -12,13 +12,11 @@ import time
 
 import numpy as np
 
-from keynorm_jax import run_config
 from keynorm_jax.data.retrieval import (DEFAULT_DEPTHS, RetrievalError, check_prompt_lengths,
                                         retrieval_prompts, task)
 from keynorm_jax.data.tokenizer import offsets_encoder
 from keynorm_jax.evaluation.evaluate import (auto_batch_size, evaluation_plan, held_out_tokens,
-                                             record_fields, score_members)
-from keynorm_jax.scoring import make_scorer
+                                             record_fields, run_scorer)
 
 NEXT_TOKEN = "next_token"  # the --tasks name of the next-token evaluation (evaluate.py)
 
@@ -84,6 +82,7 @@ def evaluate_retrieval(run, *, tasks, lengths, columns, num_prompts: int, depths
   encode = offsets_encoder(config.data)  # the run's tokens: bytes or its tokenizer.json
   check_prompt_lengths(tasks, lengths, encode)
   tokens = held_out_tokens(config) if tokens is None else tokens
+  score = run_scorer(run)
   records = []
   for length in lengths:
     if limit is not None and length > limit:
@@ -98,13 +97,12 @@ def evaluate_retrieval(run, *, tasks, lengths, columns, num_prompts: int, depths
                                          len(run.member_seeds))
     for column in columns:
       resolved = column.at(length, train_length)
-      scorer = make_scorer(run_config.build_model(config, column), stacked=run.seeds is not None)
       for task_name, (windows, groups) in prompts.items():
         if progress:
           progress(f"{run.name} L={length} {task_name} {resolved.label}")
         started = time.perf_counter()
         flat = windows.reshape(-1, length + 1)
-        correct, _ = score_members(scorer, run, flat, size)
+        correct, _ = score(flat, size, column)
         seconds = round(time.perf_counter() - started, 2)
         shape = windows.shape[:2]
         for seed, member_correct in zip(run.member_seeds, correct):

@@ -8,6 +8,9 @@ calls attention.attend with the model's kernel (`model.kernel`; attention/kernel
 diagnostics collect "intermediates" it also records per head (`sow`) the key norms, the attention
 entropy and the attention's reach (attention/reach.py: the mass on each block of `reach_bucket` keys
 and the mean key index, for every query); the kernel chosen then is one that gives the entropy.
+A caller may give every layer its attention.Spec instead (GIVEN_SPECS), so that a jitted function
+takes the specs' numbers as arguments (the evaluator: one compiled program for its columns that
+differ only in numbers).
 """
 
 import flax.linen as nn
@@ -17,6 +20,13 @@ from keynorm_jax import attention, positions
 from keynorm_jax.attention.reach import attend_with_reach
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.position_bias import LEARNED
+
+
+# The variable collection through which a caller gives each layer its attention.Spec, resolved
+# already (models.given_specs builds it; at <layer>/attention/spec): passed to a jitted function,
+# the specs' numbers (attention.spec.NUMBERS) are arguments of the compiled program, not constants.
+# Without it each layer resolves its own (attention_spec), as in training.
+GIVEN_SPECS = "attention_specs"
 
 
 def reach_bucket(train_length: int) -> int:
@@ -61,6 +71,12 @@ def attention_spec(cfg: ModelConfig, spec: positions.AttentionSpec, seq_length: 
       scale_invariant_tau=spec.scale_invariant_tau, **settings)
 
 
+def resolved_specs(cfg: ModelConfig, column: positions.EvalColumn, length: int) -> tuple:
+  """Every layer's attention.Spec under `column` for a sequence of `length`, as the layers resolve
+  them (layer_specs, then attention_spec)."""
+  return tuple(attention_spec(cfg, spec, length) for spec in layer_specs(cfg, column, length))
+
+
 class PositionalAttention(nn.Module):
   """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E] -> [B, T, H, E]."""
   config: ModelConfig
@@ -70,7 +86,8 @@ class PositionalAttention(nn.Module):
   def __call__(self, q, k, v, positions_BxT, x):
     """x [B, T, d]: the layer's input, which the learned parts may read (FoX's forget gates)."""
     cfg = self.config
-    spec = attention_spec(cfg, self.spec, q.shape[1])
+    spec = (self.get_variable(GIVEN_SPECS, "spec") if self.has_variable(GIVEN_SPECS, "spec")
+            else attention_spec(cfg, self.spec, q.shape[1]))
     learned = attention.Learned(**{name: build(cfg, self.spec, q.shape[-1], x)
                                    for name, build in LEARNED.items()})
     # Positions are 0..T-1 unless the model's indices are other ones: say so (None), so that a

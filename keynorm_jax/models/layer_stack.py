@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 
 from keynorm_jax import positions
+from keynorm_jax.models.attention_block import GIVEN_SPECS
 from keynorm_jax.models.config import ModelConfig
 
 
@@ -46,10 +47,20 @@ def layer_stack(layer_cls, cfg: ModelConfig, specs: tuple, x, positions_BxT, det
   if len(set(specs)) != 1:   # (ModelConfig refuses such a config before it gets here)
     raise ValueError("model.scan_layers needs identical layers; this model's layers differ.")
   scanned = nn.scan(_ScanStep, variable_axes={"params": 0, "intermediates": 0},
+                    variable_broadcast=GIVEN_SPECS,   # identical layers: one spec for all
                     split_rngs={"params": True, "dropout": True}, in_axes=nn.broadcast,
                     length=cfg.num_layers)
   x, _ = scanned(layer_cls, cfg, specs[0], deterministic, name="layers")(x, positions_BxT)
   return x
+
+
+def by_layer(cfg: ModelConfig, values: list) -> dict:
+  """A collection in the layers' layout from one value per layer (the inverse of
+  layer_intermediates): `layer_{i}`, or scanned, `layers/layer` with layer 0's value, which every
+  layer reads (a broadcast collection such as GIVEN_SPECS; the layers are identical)."""
+  if cfg.scan_layers:
+    return {"layers": {"layer": values[0]}}
+  return {f"layer_{i}": value for i, value in enumerate(values)}
 
 
 def layer_intermediates(collection, index: int):
