@@ -156,7 +156,7 @@ class ModelConfig:
       raise ConfigError(f"model.position={self.position!r} comes with its own indices; leave "
                         f"model.indices at integer (or train position=rope with "
                         f"model.indices={self.indices!r}).")
-    indices = self.position_indices
+    indices = method.own_indices() or chosen   # what position_indices gives
     if method.absolute == "learned" and indices.explicit:
       raise ConfigError(f"model.indices={indices.name!r}: the learned position table has one row "
                         f"per index 0..train_length-1, and these indices are not those; leave "
