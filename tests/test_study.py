@@ -236,3 +236,40 @@ def test_retrieval_tables_read_the_records_by_hand(monkeypatch):
       in retrieval_report.seed_table(gap)                                     # seed 1 lacks 2x
   options = retrieval_report.options_table(records, "gau")
   assert "| `kna_rope+retrieval50` | 3000 | window |  |  | 25 |  |" in options
+
+
+def test_a_preregistered_run_is_scored_on_its_secondary_endpoint(tmp_path, monkeypatch,
+                                                                  reference_kernel, data_dir):
+  monkeypatch.setattr(plan, "RETRIEVAL_MULTIPLES", (1,))    # the plan's shape, one length
+  monkeypatch.setattr(plan, "RETRIEVAL_TASKS", ("passkey",))
+  monkeypatch.setattr(plan, "RETRIEVAL_OPTION_MULTIPLES", ())
+  monkeypatch.setitem(plan.SCALES["tiny"], "windows", {1: 2})
+  monkeypatch.setattr(plan, "SECONDARY_PROMPTS", 3)
+  store = RecordStore("field_tiny", root=tmp_path / "results")
+  entry = [e for e in plan.preregistered_runs() if e.key.startswith("kna_rope")][0]
+  assert entry.preregistered and entry.key.endswith("__retrieval50__seed3")
+  record = json.loads(run_one(entry, scale="tiny", store=store, runs_dir=tmp_path / "runs",
+                              data_dir=data_dir).read_text())
+  assert record["plan_key"].endswith(":secondary=passkey_letters,passkey@1x:prompts=3")
+  assert store.find(entry.key, runner.record_plan_key(entry, "tiny")) == record
+  secondary = record["secondary"]
+  assert [(r["task"], r["length"], r["rope_scaling"], r["prompts"]) for r in secondary] == [
+      ("passkey_letters", 192, "none", 3), ("passkey", 192, "none", 3)]
+  primary = [r for r in record["retrieval"] if r["task"] == "passkey"][0]
+  assert primary["prompts"] == 1 and len(secondary[1]["accuracy_by_depth"]) == 10
+  assert record["provenance"]["cpu"] is None or "bf16" in record["provenance"]["cpu"]
+
+
+def test_a_preregistered_run_that_goes_non_finite_is_recorded_as_failed(tmp_path, monkeypatch):
+  def non_finite(config, workdir):
+    raise runner.NonFiniteLossError("The loss became nan at or before step 20 (injected).")
+  monkeypatch.setattr(runner, "train_and_evaluate", non_finite)
+  store = RecordStore("field_tiny", root=tmp_path / "results")
+  entry = plan.preregistered_runs()[0]
+  record = json.loads(run_one(entry, scale="tiny", store=store, runs_dir=tmp_path / "runs",
+                              echo=lambda _: None).read_text())
+  assert record["failed"].startswith("The loss became nan") and record["retrieval"] == []
+  assert record["plan_key"] == runner.record_plan_key(entry, "tiny")
+  # Outside the pre-registered plan the error still stops the study.
+  with pytest.raises(runner.NonFiniteLossError):
+    run_one(plan.StudyRun("kna_rope"), scale="tiny", store=store, runs_dir=tmp_path / "runs")

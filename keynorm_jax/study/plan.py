@@ -54,12 +54,15 @@ class StudyRun:
   retrieval_fraction > 0 that share of retrieval episodes (RETRIEVAL_TASKS), shown as
   `<config>+retrieval<percent>`, and such a run is also evaluated on retrieval; `model`: settings
   of the config's model section changed for the run ((name, value) pairs), shown as
-  `<config>+<name>=<value>`."""
+  `<config>+<name>=<value>`; preregistered: a run of the pre-registered test (docs/study.md),
+  evaluated besides on its secondary endpoint (SECONDARY_TASKS) and recorded, not stopped, when
+  its training goes non-finite (its key is the same as without)."""
   config: str
   seed: int = 0
   copy_fraction: float = 0.0
   retrieval_fraction: float = 0.0
   model: tuple[tuple[str, object], ...] = ()
+  preregistered: bool = False
 
   @property
   def label(self) -> str:
@@ -185,12 +188,17 @@ def retrieval_entry(name: str, seed: int = 0) -> StudyRun:
 # retrieval layout, seeds 3-10"): not in field_runs(); `--plan=preregistered` runs them.
 PREREGISTERED = ("baseline_rope", "kna_rope")
 PREREGISTERED_SEEDS = tuple(range(3, 11))
+# Its secondary endpoint (the amendment of 2026-12-06): exact match at 1x with "none" on both keys,
+# over SECONDARY_PROMPTS prompts per depth (10 depths), more than the primary's RETRIEVAL_PROMPTS.
+SECONDARY_TASKS = ("passkey_letters", "passkey")
+SECONDARY_PROMPTS = 10
 
 
 def preregistered_runs() -> list[StudyRun]:
   """PREREGISTERED with the retrieval recipe, seeds PREREGISTERED_SEEDS, config by config (so that
   --group_seeds trains each config's seeds as one group)."""
-  return [retrieval_entry(name, seed) for name in PREREGISTERED for seed in PREREGISTERED_SEEDS]
+  return [dataclasses.replace(retrieval_entry(name, seed), preregistered=True)
+          for name in PREREGISTERED for seed in PREREGISTERED_SEEDS]
 
 
 def retrieval_options(position: str) -> tuple[str, ...]:
@@ -261,9 +269,13 @@ def inference_options(position: str) -> tuple[str, ...]:
   return OWN_OPTIONS.get(position, ()) + common
 
 
-def plan_key(scale: str, retrieval: bool = False, position: str = "") -> str:
+def plan_key(scale: str, retrieval: bool = False, position: str = "",
+             preregistered: bool = False) -> str:
   """Identifies the evaluation plan of a run with this position method; a record made under
   another plan is redone."""
+  if preregistered:
+    return (f"{plan_key(scale, retrieval, position)}:secondary={','.join(SECONDARY_TASKS)}@1x:"
+            f"prompts={SECONDARY_PROMPTS}")
   if position in OWN_OPTIONS:
     return f"{plan_key(scale, retrieval)}:{position}={','.join(OWN_OPTIONS[position])}"
   if retrieval:

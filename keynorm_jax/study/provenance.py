@@ -10,6 +10,8 @@ import sys
 
 import jax
 
+from keynorm_jax.cpu.features import cpu_model
+
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -57,5 +59,6 @@ def provenance() -> dict:
       "device": jax.devices()[0].device_kind,
       "matmul_precision": str(jax.config.jax_default_matmul_precision),
       "machine": platform.platform(),
+      "cpu": cpu_model(),
       "python": platform.python_version(),
   }

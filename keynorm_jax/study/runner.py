@@ -16,6 +16,7 @@ from keynorm_jax.study.records import RecordStore
 from keynorm_jax.study.stages import Stages
 from keynorm_jax.training.loop import train_and_evaluate
 from keynorm_jax.training.metrics_writer import read_metrics
+from keynorm_jax.training.non_finite import NonFiniteLossError
 
 
 def study_config(entry: plan.StudyRun, scale: str, data_dir: str = "", num_seeds: int = 1):
@@ -40,7 +41,8 @@ def study_config(entry: plan.StudyRun, scale: str, data_dir: str = "", num_seeds
 def record_plan_key(entry: plan.StudyRun, scale: str) -> str:
   """The plan key that `entry`'s record is made and found under (plan.plan_key for its position)."""
   position = run_config.load_config(entry.config).model.position
-  return plan.plan_key(scale, retrieval=bool(entry.retrieval_fraction), position=position)
+  return plan.plan_key(scale, retrieval=bool(entry.retrieval_fraction), position=position,
+                       preregistered=entry.preregistered)
 
 
 def retrieval_records(run, scale: str, tokens, progress, stages: Stages) -> list[dict]:
@@ -56,6 +58,15 @@ def retrieval_records(run, scale: str, tokens, progress, stages: Stages) -> list
         num_prompts=plan.RETRIEVAL_PROMPTS[scale], tokens=tokens, progress=progress,
         include_train_length=False))
   return out
+
+
+def secondary_records(run, tokens, progress, stages: Stages) -> list[dict]:
+  """The pre-registered test's secondary endpoint: SECONDARY_TASKS at the training length with
+  "none", SECONDARY_PROMPTS prompts per depth."""
+  return stages.run("secondary@1x", lambda: evaluate_retrieval(
+      run, tasks=plan.SECONDARY_TASKS, lengths=[run.config.train_length],
+      columns=make_columns(["none"]), num_prompts=plan.SECONDARY_PROMPTS, tokens=tokens,
+      progress=progress, include_train_length=False))
 
 
 def step_seconds(metrics, tokens_per_step: int) -> float:
@@ -77,7 +88,16 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
   config = study_config(entry, scale, data_dir)
   workdir = pathlib.Path(runs_dir) / entry.key
   started = time.time()
-  train_and_evaluate(config, workdir)
+  try:
+    train_and_evaluate(config, workdir)
+  except NonFiniteLossError as e:
+    if not entry.preregistered:
+      raise
+    # The pre-registered rule counts such a run, never reruns it: its record says what happened.
+    path = store.save(entry.key, failed_record(entry, config=config, scale=scale, store=store,
+                                               error=str(e), metrics=read_metrics(workdir)))
+    echo(f"  {entry.key}: training went non-finite; recorded as failed ({e})")
+    return path
   train_seconds = round(time.time() - started, 1)
   run = load_run(workdir, warn=echo)
   record = evaluated_record(entry, run, config=config, scale=scale, store=store,
@@ -88,6 +108,35 @@ def run_one(entry: plan.StudyRun, *, scale: str, store: RecordStore, runs_dir, d
   if not keep_run:
     shutil.rmtree(workdir, ignore_errors=True)
   return path
+
+
+def _train_summary(config, metrics: list[dict], train_seconds) -> dict:
+  """seconds: this process (a run trained before a stop counts only its restore here);
+  step_seconds: the training steps of the whole run, from its metrics log."""
+  return {"steps": config.num_train_steps, "seconds": train_seconds,
+          "step_seconds": step_seconds(metrics, config.batch_size * config.train_length),
+          "final_loss": metrics[-1]["loss"] if metrics else None,
+          "final_eval_accuracy": next((m["eval_accuracy"] for m in reversed(metrics)
+                                       if "eval_accuracy" in m), None)}
+
+
+def _record_head(entry: plan.StudyRun, *, config, scale: str, store: RecordStore) -> dict:
+  return {"study": store.directory.name, "key": entry.key, "config_name": entry.config,
+          "label": entry.label, "copy_fraction": entry.copy_fraction,
+          "retrieval_fraction": entry.retrieval_fraction, "seed": entry.seed, "scale": scale,
+          "plan_key": record_plan_key(entry, scale),
+          "architecture": config.model.architecture}
+
+
+def failed_record(entry: plan.StudyRun, *, config, scale: str, store: RecordStore, error: str,
+                  metrics: list[dict]) -> dict:
+  """The record of a pre-registered run whose training went non-finite: no evaluation, `failed`
+  the error, its training metrics up to the last finite log."""
+  return {**_record_head(entry, config=config, scale=scale, store=store),
+          "failed": error, "checkpoint_step": None,
+          "train": _train_summary(config, metrics, None),
+          "config": config.to_dict(), "provenance": provenance(),
+          "records": [], "retrieval": [], "secondary": [], "diagnostics": {}}
 
 
 def evaluated_record(entry: plan.StudyRun, run, *, config, scale: str, store: RecordStore,
@@ -114,24 +163,16 @@ def evaluated_record(entry: plan.StudyRun, run, *, config, scale: str, store: Re
         repeat_period=train_length // plan.REPEAT_PERIOD_FRACTION))
   retrieval = (retrieval_records(run, scale, tokens, progress, stages)
                if entry.retrieval_fraction else [])
+  secondary = secondary_records(run, tokens, progress, stages) if entry.preregistered else None
   diagnostics = stages.run("diagnostics", lambda: run_diagnostics(
       run, lengths=[8 * train_length], tokens=tokens))
   return {
-      "study": store.directory.name, "key": entry.key, "config_name": entry.config,
-      "label": entry.label, "copy_fraction": entry.copy_fraction,
-      "retrieval_fraction": entry.retrieval_fraction,
-      "seed": entry.seed, "scale": scale,
-      "plan_key": plan_key,
-      "architecture": config.model.architecture, "checkpoint_step": run.step,
-      # seconds: this process (a run trained before a stop counts only its restore here);
-      # step_seconds: the training steps of the whole run, from its metrics log
-      "train": {"steps": config.num_train_steps, "seconds": train_seconds,
-                "step_seconds": step_seconds(metrics, config.batch_size * config.train_length),
-                "final_loss": metrics[-1]["loss"] if metrics else None,
-                "final_eval_accuracy": next((m["eval_accuracy"] for m in reversed(metrics)
-                                             if "eval_accuracy" in m), None)},
+      **_record_head(entry, config=config, scale=scale, store=store),
+      "checkpoint_step": run.step,
+      "train": _train_summary(config, metrics, train_seconds),
       "eval_seconds": round(time.time() - eval_started, 1),
       "resumed_stages": stages.resumed,  # evaluated before a stop: not in eval_seconds
       "config": config.to_dict(), "provenance": provenance(),
       "records": records, "retrieval": retrieval, "diagnostics": diagnostics,
+      **({"secondary": secondary} if secondary is not None else {}),
   }
