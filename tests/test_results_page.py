@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from keynorm_jax.study import plan, results_page
+from keynorm_jax.study import plan, results_page, stats
 from keynorm_jax.study.reading import accuracy, method_name, retrieval_runs, text_runs
 from keynorm_jax.study.records import RESULTS_ROOT, RecordStore
 
@@ -132,15 +132,6 @@ def test_the_gau_pairs_and_their_sign_test_counted_again(records):
   assert s["kna_lower_loss"] > s["pairs"] / 2
 
 
-def test_wilson_and_sign_test_by_hand():
-  lo, hi = results_page.wilson(0, 20)
-  assert lo == 0 and hi == pytest.approx(3.8415 / 23.8415, abs=1e-4)     # z^2 / (n + z^2)
-  lo, hi = results_page.wilson(10, 20)
-  assert (lo, hi) == pytest.approx((0.2993, 0.7007), abs=1e-3)
-  assert results_page.sign_test(8, 0) == pytest.approx((1 / 256, 2 / 256))
-  assert results_page.sign_test(4, 1)[0] == pytest.approx(6 / 32)
-
-
 def test_table_one_marks_its_one_seed_rows_and_says_what_its_spread_is(records, reproduction):
   table = results_page.table1(records, reproduction)
   assert "mean ± standard deviation over the seeds" in table
@@ -186,7 +177,7 @@ def test_each_number_of_the_answers_is_the_cell_of_the_row_it_points_at(records,
          for m in plan.RETRIEVAL_MULTIPLES for v in two_a[f"{a} {p}"][f"{m}x"].split(" / ")]
   windows = [int(v) for row in list(two_a.values()) + list(two_b.values())
              for v in row["512-token window 8x"].split(" / ") if v.isdigit()]
-  lo, hi = results_page.wilson(10, 20)
+  lo, hi = stats.wilson(10, 20)
   claims = [
       f"on the GAU {base['GAU 8x']} against {kna['GAU 8x']} ({kna['GAU 8x / 1x']} of 1x), on the "
       f"Transformer {base['Transformer 8x']} against {kna['Transformer 8x']} "

@@ -5,12 +5,12 @@ rewrites; the page's hand-written frame around them (the question, the answers, 
 is left as it is. The full tables are FIELD.md's (report.py); this page shows a few.
 """
 
-import math
 import pathlib
 import statistics
 
 from keynorm_jax.seed_results import NO_SCALING
 from keynorm_jax.study import figures, plan
+from keynorm_jax.study.stats import sign_test, wilson
 from keynorm_jax.study.reading import (accuracy, find_retrieval, method_name, retrieval_runs,
                                        text_runs)
 
@@ -106,14 +106,6 @@ def table1(records, reproduction=None) -> str:
 # --- retrieval ----------------------------------------------------------------------------------
 
 
-def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-  """The 95% Wilson score interval of k successes in n trials, as fractions."""
-  p = k / n
-  centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-  half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-  return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def learned(record, tasks=("passkey", "passkey_letters")) -> bool:
   """A passkey of `tasks` at least KEY_BAR exact at 1x with no inference-time method."""
   found = [find_retrieval(record, t, 1) for t in tasks]
@@ -194,13 +186,6 @@ def gau_pairs(records) -> list[tuple[dict, dict]]:
     twin = {r["seed"]: r for r in runs.get(("gau", "kna_" + name.removeprefix("baseline_")), [])}
     pairs += [(r, twin[r["seed"]]) for r in recs if r["seed"] in twin]
   return pairs
-
-
-def sign_test(wins: int, losses: int) -> tuple[float, float]:
-  """Exact sign test of `wins` against `losses`: (one-sided p for wins, two-sided p)."""
-  n = wins + losses
-  one = sum(math.comb(n, k) for k in range(wins, n + 1)) / 2 ** n
-  return one, min(1.0, 2 * min(one, 1 - one + math.comb(n, wins) / 2 ** n))
 
 
 def _provenance(rec):
