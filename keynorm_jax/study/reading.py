@@ -27,13 +27,18 @@ def method_name(config: str) -> str:
   return body
 
 
-def accuracy(record, multiple, method="none"):
-  """Non-repeated next-token accuracy at `multiple` x the training length, or None."""
+def non_repeated(record, multiple, method="none", field="accuracy"):
+  """`field` of the non-repeated next-token record at `multiple` x the training length, or None."""
   length = multiple * record["config"]["train_length"]
   for r in record["records"]:
     if r["length"] == length and r["set"] == "non_repeated" and r["rope_scaling"] == method:
-      return r.get("accuracy")
+      return r.get(field)
   return None
+
+
+def accuracy(record, multiple, method="none"):
+  """Non-repeated next-token accuracy at `multiple` x the training length, or None."""
+  return non_repeated(record, multiple, method)
 
 
 def text_runs(records) -> dict:
@@ -53,13 +58,28 @@ def find_retrieval(record, task, multiple, method="none"):
   return None
 
 
+KEY_BAR = 0.6  # a key is learned when a passkey is at least this exact at 1x, no method
+
+
+def learned(record, tasks=("passkey", "passkey_letters")) -> bool:
+  """A passkey of `tasks` at least KEY_BAR exact at 1x with no inference-time method (a run whose
+  training failed learned none)."""
+  found = [find_retrieval(record, t, 1) for t in tasks]
+  return any(r is not None and (r.get("accuracy") or 0) >= KEY_BAR for r in found)
+
+
+def preregistered(record) -> bool:
+  """A record of the pre-registered test (plan.preregistered_runs): its own table, not the field's."""
+  return record["key"] in {e.key for e in plan.preregistered_runs()}
+
+
 def retrieval_runs(records) -> dict:
   """{(architecture, config without `transformer_`): its retrieval-plan records, by seed}; the GAU's
-  those of the plan's layout (plan.RETRIEVAL_GAU_MODEL)."""
+  those of the plan's layout (plan.RETRIEVAL_GAU_MODEL); the pre-registered runs not among them."""
   layout = plan.StudyRun("x", model=plan.RETRIEVAL_GAU_MODEL).label[1:]
   runs = collections.defaultdict(list)
   for rec in sorted(records, key=lambda r: r["seed"]):
-    if not rec.get("retrieval"):
+    if not rec.get("retrieval") or preregistered(rec):
       continue
     if rec["architecture"] == "gau" and layout not in rec["label"]:
       continue
