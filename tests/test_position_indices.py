@@ -37,11 +37,13 @@ def test_random_integer_draws_sorted_distinct_integers_in_range():
   assert rows.max() > 4 * 64                            # they do reach far positions
 
 
-def test_random_float_draws_sorted_uniform_floats_whose_order_statistics_match_theirs():
+@pytest.mark.parametrize("name, span", [("random_float", TRAIN),
+                                        ("random_float_stretched", 8 * TRAIN)])
+def test_random_float_draws_sorted_uniform_floats_whose_order_statistics_match_theirs(name, span):
   """Shimizu et al. 2026: T uniform draws from [0, R), sorted. The t-th smallest of T uniforms on
-  [0, R) has mean R (t + 1) / (T + 1); over 4000 rows each mean is within 1% of R of it."""
-  rows = drawn("random_float", batch=4000, length=8, train_length=32)
-  span = 8 * 32
+  [0, R) has mean R (t + 1) / (T + 1); over 4000 rows each mean is within 1% of R of it. R is one
+  training length for the described rule, 8 for the stretched one."""
+  rows = drawn(name, batch=4000, length=8, train_length=TRAIN)
   assert np.all(np.diff(rows, axis=1) >= 0) and rows.min() >= 0 and rows.max() < span
   assert np.mean(rows != np.round(rows)) > 0.99                      # floats, not integers
   np.testing.assert_allclose(rows.mean(axis=0), span * np.arange(1, 9) / 9, atol=0.01 * span)
@@ -49,8 +51,23 @@ def test_random_float_draws_sorted_uniform_floats_whose_order_statistics_match_t
 
 
 @pytest.mark.parametrize("max_position", [None, 100])
-def test_random_float_infers_on_the_even_grid_of_its_range(max_position):
+def test_random_float_infers_at_the_described_fixed_positions(max_position):
+  """The description of the paper's Algorithm 1: positions (2i - 1) / (2 max(n_train, n_infer)),
+  i = 1..n, of the unit range, here scaled to max_position (default the training length)."""
   indices = positions.position_indices("random_float", {"max_position": max_position})
+  span = max_position or TRAIN
+  for length in (TRAIN // 2, TRAIN, 8 * TRAIN):
+    expected = [span * (2 * i - 1) / (2 * max(TRAIN, length)) for i in range(1, length + 1)]
+    got = np.asarray(indices.inference(2, length, TRAIN))
+    np.testing.assert_allclose(got, np.tile(expected, (2, 1)), rtol=1e-6)
+  # Up to the training length a token sits half a step past its integer index: not stretched.
+  np.testing.assert_allclose(np.asarray(positions.position_indices("random_float").inference(
+      1, 4, TRAIN))[0], [0.5, 1.5, 2.5, 3.5])
+
+
+@pytest.mark.parametrize("max_position", [None, 100])
+def test_random_float_stretched_infers_on_the_even_grid_of_its_range(max_position):
+  indices = positions.position_indices("random_float_stretched", {"max_position": max_position})
   span = max_position or 8 * TRAIN
   for length in (TRAIN, 8 * TRAIN):
     got = np.asarray(indices.inference(2, length, TRAIN))
@@ -117,16 +134,21 @@ def test_randomized_rope_is_rope_at_random_integer_indices():
 @pytest.mark.parametrize("position", ["rope", "alibi", "sinusoidal"])
 def test_a_model_trains_at_drawn_indices_and_infers_at_its_inference_indices(name, position):
   """Training batches draw afresh from the rng (two rngs, two results; one rng, one result) and
-  inference uses the inference indices: the same logits as the model given them explicitly."""
+  inference uses each setting's own indices at the training length (written out here from their
+  definitions): RoPE and ALiBi read only differences, so they give the integer model's logits when
+  the indices are the integers shifted (random_float's i - 1/2), the sinusoidal embedding only when
+  they are the integers themselves."""
+  at_inference = {"random_integer": np.arange(TRAIN), "random_float": np.arange(TRAIN) + 0.5,
+                  "random_float_stretched": 8.0 * np.arange(TRAIN)}[name]
   cfg = dataclasses.replace(CFG, position=position, indices=name)
   one, again, other = (_logits(cfg, TOKENS, seed) for seed in (1, 1, 2))
   np.testing.assert_array_equal(one, again)
   assert np.abs(one - other).max() > 0
   plain = _logits(dataclasses.replace(cfg, indices="integer"), TOKENS)
   inferred = _logits(cfg, TOKENS)
-  integer_at_inference = np.array_equal(
-      np.asarray(cfg.position_indices.inference(1, TRAIN, TRAIN))[0], np.arange(TRAIN))
-  assert np.allclose(inferred, plain, atol=1e-5) == integer_at_inference
+  same = (np.all(np.diff(at_inference) == 1) if position != "sinusoidal"
+          else np.array_equal(at_inference, np.arange(TRAIN)))
+  assert np.allclose(inferred, plain, atol=1e-5) == same
 
 
 @pytest.mark.parametrize("changes, words", [

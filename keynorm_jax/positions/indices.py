@@ -56,7 +56,7 @@ class RandomRange(Indices):
   and sorted; at inference, 0..T-1 (the subclass may say otherwise)."""
   random = True
   max_position: int | None = knob(None, "indices are drawn from [0, max_position); default 8 x "
-                                  "train_length")
+                                  "train_length (random_float: train_length)")
 
   def __post_init__(self):
     if self.max_position is not None and self.max_position < 1:
@@ -95,22 +95,52 @@ class RandomInteger(RandomRange):
 @register
 @dataclasses.dataclass(frozen=True)
 class RandomFloat(RandomRange):
-  """Random Float Sampling: a training sequence's T indices are T independent uniform draws from
-  the real interval [0, max_position), sorted; at inference, the evenly spaced
-  max_position x t / T, t = 0..T-1, so that a sequence of any length lies in the range it was
-  trained in. The training rule is the paper's abstract's (continuous indices drawn at random
-  from a range shared by training and inference); its full text was not reachable from here, so
-  the inference grid (the draws' evenly spaced counterpart) and the default range (random_integer's)
-  are our choices, both knobs of this class."""
+  """Random Float Sampling as a secondary description of the paper's Algorithm 1 gives it (the
+  paper's own text was not read here): a training sequence's T indices are T independent uniform
+  draws from [0, 1), sorted; at inference, the fixed positions (2i - 1) / (2 max(n_train, n)),
+  i = 1..n, so that training and inference lengths share one bounded range. Both are scaled by
+  max_position (default: one training length, so that RoPE sees the angles of positions in
+  [0, train_length) in training and at any length: a sequence up to the training length sits at
+  i - 1/2, a longer one is compressed into the range, as position interpolation does)."""
   name = "random_float"
   summary = ("sorted uniform random floats from [0, max_position) in training; "
-             "max_position x t / T at inference")
+             "max_position (2i - 1) / (2 max(train_length, T)) at inference")
   paper = ("Shimizu, Taniguchi & Matsuo 2026, Position Encoding with Random Float Sampling "
-           "Enhances Length Generalization of Transformers (arXiv 2602.14050)")
+           "Enhances Length Generalization of Transformers (arXiv 2602.14050), as described by a "
+           "secondary source")
+  max_position: int | None = knob(None, "indices are drawn from [0, max_position); default "
+                                  "train_length")
+
+  def span(self, train_length: int) -> int:
+    return self.max_position or train_length
 
   def training(self, rng, batch, length, train_length):
     draws = jax.random.uniform(rng, (batch, length), maxval=float(self.span(train_length)))
     return jnp.sort(draws, axis=-1)
+
+  def inference(self, batch, length, train_length):
+    odd = 2 * jnp.arange(1, length + 1, dtype=jnp.float32) - 1
+    grid = odd * (self.span(train_length) / (2 * max(train_length, length)))
+    return jnp.broadcast_to(grid, (batch, length))
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class RandomFloatStretched(RandomFloat):
+  """The project's first reading of Random Float Sampling, from the paper's abstract alone (kept
+  for its records): draws from [0, max_position) with max_position 8 training lengths by default,
+  and at inference the even grid max_position x t / T, t = 0..T-1, which stretches a sequence of
+  any length, shorter ones included, over the whole range."""
+  name = "random_float_stretched"
+  summary = ("sorted uniform random floats from [0, max_position) in training; "
+             "max_position x t / T at inference")
+  paper = ("Shimizu, Taniguchi & Matsuo 2026 (arXiv 2602.14050), read from its abstract alone: "
+           "the range and the grid are this project's guesses")
+  max_position: int | None = knob(None, "indices are drawn from [0, max_position); default 8 x "
+                                  "train_length")
+
+  def span(self, train_length: int) -> int:
+    return self.max_position or DEFAULT_RANGE_FACTOR * train_length
 
   def inference(self, batch, length, train_length):
     grid = jnp.arange(length, dtype=jnp.float32) * (self.span(train_length) / length)

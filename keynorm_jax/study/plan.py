@@ -105,10 +105,12 @@ GAU_BEST = ("qkln_rope", "kna_xpos", "kna_hwfa")
 SEEDED = ("baseline_rope", "kna_rope", "cosa_logn_rope", "baseline_alibi")
 SEEDED_GAU_ONLY = ("baseline_kerple_log", "kna_scale_invariant")
 COPY_RUNS = ("baseline_rope", "kna_rope", "transformer_baseline_rope", "transformer_kna_rope")
-# Random Float Sampling (model.indices=random_float, Shimizu et al. 2026) on the seed article's
-# pair, GAU, seed 0: does KeyNorm still help RoPE when the indices a longer sequence needs were all
-# seen in training? Planned last, so that no other run moves.
+# Random Float Sampling (Shimizu et al. 2026) on the seed article's pair, GAU, seed 0: does KeyNorm
+# still help RoPE when the indices a longer sequence needs were all seen in training? First our
+# reading of the abstract (random_float_stretched, recorded 2026-11-29), then the rule a secondary
+# description of the paper gives (random_float); planned last, so that no other run moves.
 RANDOM_FLOAT_RUNS = ("baseline_rope", "kna_rope")
+RANDOM_FLOAT_RULES = ("random_float_stretched", "random_float")
 FIRST = ("transformer_baseline_rope", "transformer_kna_rope", "baseline_rope", "kna_rope",
          "transformer_cosa_logn_rope", "transformer_qknorm_rope", "cosa_logn_rope", "qknorm_rope")
 
@@ -221,7 +223,7 @@ def field_runs() -> list[StudyRun]:
   """The next-token plan: FIRST, the copy runs, the GAU field table (every training-time position
   method, Baseline and KNA, and QK-norm with LayerNorm, SSMax and stick-breaking) and the
   Transformer's rows (transformer_methods, GAU_BEST and stick-breaking), the seeds, the retrieval
-  plan, then RANDOM_FLOAT_RUNS at random_float indices."""
+  plan, then RANDOM_FLOAT_RUNS at each of RANDOM_FLOAT_RULES' indices."""
   gau = [f"{a}_{p}" for p in positions.TRAINING_METHODS.names() for a in ("baseline", "kna")]
   gau += ["qkln_rope", "ssmax_rope", "stickbreaking_nope"]
   transformer = [f"transformer_{a}_{p}" for p in transformer_methods() for a in ("baseline", "kna")]
@@ -234,7 +236,8 @@ def field_runs() -> list[StudyRun]:
   first = [StudyRun(c) for c in names[:len(FIRST)]]
   strong_copies = [StudyRun(c, copy_fraction=STRONG_COPY_FRACTION) for c in COPY_RUNS]
   rest = [StudyRun(c) for c in names[len(FIRST):]]
-  random_float = [StudyRun(c, model=(("indices", "random_float"),)) for c in RANDOM_FLOAT_RUNS]
+  random_float = [StudyRun(c, model=(("indices", rule),)) for rule in RANDOM_FLOAT_RULES
+                  for c in RANDOM_FLOAT_RUNS]
   return (first + copies + rest + seeds + strong_copies + gau_seeds + retrieval_runs()
           + random_float)
 

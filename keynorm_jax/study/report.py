@@ -110,6 +110,13 @@ def _accuracy_cells(rec):
 SIDE_BY_SIDE_NOTE = ("A row's own model settings (e.g. `gau_qk=separate+gau_heads=4`) are its GAU "
                      "run's alone; its Transformer columns are the config's Transformer run with "
                      "the same shares of copies and retrieval episodes.")
+# Rows at Random Float Sampling's indices say which rule made them (positions/indices.py).
+RANDOM_FLOAT_NOTE = ("Random Float Sampling rows: `indices=random_float` follows a secondary "
+                     "description of the paper's Algorithm 1 (training draws from one training "
+                     "length; inference at (2i - 1) / (2 max(n_train, n)) of it), not yet checked "
+                     "against the paper's own text; `indices=random_float_stretched` is the "
+                     "project's earlier reading of its abstract alone (draws from 8 training "
+                     "lengths, an even grid over them at inference). docs/positions.md.")
 
 
 def training_summary(records) -> str:
@@ -310,7 +317,9 @@ def write_report(records, output) -> pathlib.Path:
       + "; ".join(f"{scale}: {_windows(scale)}" for scale in sorted({r["scale"] for r in records}))
       + ").\n",
   ]
+  random_float = any("indices=random_float" in r.get("label", "") for r in records)
   sections += ["## GAU and Transformer side by side (seed 0)\n", SIDE_BY_SIDE_NOTE + "\n",
+               *([RANDOM_FLOAT_NOTE + "\n"] if random_float else []),
                architecture_table(records), ""]
   for architecture in ("gau", "transformer"):
     if not _seed0(records, architecture):
