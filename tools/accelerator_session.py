@@ -18,7 +18,7 @@ the small files of --results (no checkpoints) are packed into `<out>/accelerator
 at its limit.
 
   --size=tiny                  every step at the tiny size with a couple of steps (for the test)
-  --dry_run=a_preregistered    print these steps' commands instead of running them (fnmatch
+  --dry_run=b_eval_*           print these steps' commands instead of running them (fnmatch
                                patterns, comma-separated; the marker says dry_run)
   --only=b_*                   run only these steps
 """
@@ -43,10 +43,8 @@ B_CONFIGS = ("baseline_rope", "kna_rope", "transformer_baseline_rope", "transfor
 # SIZES entry's and --work / --results. processes > 1 starts that many copies at once, the i-th
 # with {shard} = i/processes (e.g. --shard={shard} for a study whose runs may be split).
 STEPS = [
-    # (a) the pre-registered pairs (docs/study.md): Baseline and KNA RoPE, seeds 3-10, as two seed
-    # groups of 8 trained one after the other (not --shard: it picks entries before they are
-    # grouped, and every n-th entry would break the groups of consecutive seeds)
-    ("a_preregistered", 1, "{python} -m keynorm_jax.study --scale={study_scale} --plan=preregistered --group_seeds --runs_dir={work}/study_runs --results={results}/a_preregistered{study_extra}"),
+    # (The pre-registered pairs are not a step: they run on the CPU, all from one commit and one
+    # device kind, tools/preregistered_on_cpu.sh; docs/study.md, the amendment of 2026-12-06.)
     # (b) text-only Baseline RoPE and KNA RoPE, 3 seeds as one group, both architectures; each
     # evaluated at 1x and 8x, the model as trained and a window of the training length beside
     *[(f"b_train_{c}", 1, "{python} train.py --config=CONFIG --config.model_size={size} --config.num_seeds=3 --workdir={work}/b/CONFIG{train_extra}".replace("CONFIG", c)) for c in B_CONFIGS],
