@@ -21,13 +21,15 @@ What was measured on the code before (a5b641e): the dense layers' products were 
 import collections
 import dataclasses
 import functools
+import logging
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from keynorm_jax import precision, run_config
+from keynorm_jax import models, precision, run_config
+from keynorm_jax.cpu import features
 from keynorm_jax.models import init_params
 from keynorm_jax.scoring import token_scores
 from keynorm_jax.training.loop import init_state, make_train_step
@@ -51,7 +53,7 @@ def _model(name, kernel, dtype):
   config = run_config.resolve(tiny_config(name))
   model_config = dataclasses.replace(run_config.model_config(config), kernel=kernel,
                                      compute_dtype=dtype)
-  return run_config.build_model(config).__class__(model_config), config
+  return models.build_model(model_config), config
 
 
 def _loss_fn(name, kernel, dtype, init=init_params):
@@ -199,3 +201,22 @@ def test_einsum_in_float32_is_the_plain_einsum_and_refuses_what_it_cannot_transp
   _assert_close_gradients(list(got), list(want))
   with pytest.raises(ValueError, match="cannot transpose"):
     precision.einsum("ij,jk->k", a[0], b, jnp.bfloat16)   # i is summed within the first input
+
+
+@pytest.mark.parametrize("flags, dtype, said", [
+    (("avx2", "avx512f"), "bfloat16", True), (("avx2", "avx512_bf16"), "bfloat16", False),
+    (("avx2", "amx_bf16"), "bfloat16", False), (("avx2",), "float32", False),
+    ((), "bfloat16", False)])   # flags unknown
+def test_a_bfloat16_model_on_a_cpu_without_bf16_units_says_so_once(flags, dtype, said, caplog,
+                                                                    monkeypatch):
+  """Building bfloat16 models on a CPU without bfloat16 units logs one line, once per process;
+  with the units, in float32, or where the flags are unknown, nothing."""
+  monkeypatch.setattr(features, "_cpuinfo", lambda: ("AMD EPYC 7B13", flags))
+  monkeypatch.setattr(models, "_SAID", set())
+  with caplog.at_level(logging.WARNING):
+    for _ in range(2):
+      _model("kna_rope", "auto", dtype)
+  lines = [r.getMessage() for r in caplog.records if "bfloat16 units" in r.getMessage()]
+  assert lines == ([features.slow_bfloat16()] if said else [])
+  if said:
+    assert "\n" not in lines[0] and "AMD EPYC 7B13 (no bf16 units)" in lines[0]
