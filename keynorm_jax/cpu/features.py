@@ -49,5 +49,5 @@ def slow_bfloat16() -> str | None:
   flags were read and have no bfloat16 unit; None where it has one or its flags are unknown."""
   if not _cpuinfo()[1] or bf16_units():
     return None
-  return (f"This processor ({cpu_model()}) has no bfloat16 units: model.compute_dtype=bfloat16 "
-          f"runs as asked, but slower than float32 here (float32 is the default).")
+  return (f"model.compute_dtype=bfloat16 runs as asked, but slower than float32 on this processor "
+          f"({cpu_model()}: its bfloat16 products are emulated); float32 is the default.")
