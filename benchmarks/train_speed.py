@@ -6,9 +6,9 @@ benchmarks/flops.py) and MFU = achieved FLOP/s over this machine's matmul peak i
 dtype, measured here through XLA (an n x n matmul, best of 20) in the form the step's products take
 (keynorm_jax/precision.py: inputs in the compute dtype, summed in float32; in bfloat16 that is not
 `a @ b`, whose bfloat16 result XLA's CPU backend computes at about half that rate on a processor
-with bfloat16 units: BENCHMARKS.md, "bfloat16 on the CPU"), beside it the MFU with the attention counted over the causal
-triangle only, and the memory of the compiled step (XLA's memory_analysis: arguments +
-temporaries). The first line names the processor and its bfloat16 units (cpu/features.py). Figures
+with bfloat16 units: BENCHMARKS.md, "bfloat16 on the CPU"), beside it the MFU with the attention
+counted over the causal triangle only, and the memory of the compiled step (XLA's memory_analysis:
+arguments + temporaries). The first line names the processor and its bfloat16 units (cpu/features.py). Figures
 printed; nothing is asserted.
 
 On an accelerator: `python benchmarks/train_speed.py --model_size=seed --dtypes=bfloat16,float32

@@ -58,8 +58,8 @@ def _transposes(spec: str) -> tuple[str, str]:
   for one, other in ((spec_a, spec_b), (spec_b, spec_a)):
     letters = one.replace("...", "")
     if len(set(letters)) != len(letters) or not set(letters) <= set(other + result):
-      raise ValueError(f"precision.einsum cannot transpose {spec!r}: an index of {one!r} repeats or "
-                       f"is summed within it.")
+      raise ValueError(f"precision.einsum cannot transpose {spec!r}: an index of {one!r} repeats "
+                       f"or is summed within it.")
   return f"{result},{spec_b}->{spec_a}", f"{spec_a},{result}->{spec_b}"
 
 

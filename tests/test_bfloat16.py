@@ -142,8 +142,8 @@ def test_a_bfloat16_training_step_keeps_parameters_optimizer_state_and_metrics_f
     model, config = _model("kna_rope", "auto", dtype)
     tx = make_optimizer(config)
     state = init_state(model, tx, 0, config.train_length)
-    batch = np.random.default_rng(2).integers(0, 256, size=(config.batch_size,
-                                                            config.train_length + 1), dtype=np.int32)
+    batch = np.random.default_rng(2).integers(
+        0, 256, size=(config.batch_size, config.train_length + 1), dtype=np.int32)
     state, metrics = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1)))(state, batch)
     losses[dtype] = float(metrics["loss"])
   floats = {str(x.dtype) for x in jax.tree.leaves((state, metrics))
