@@ -48,18 +48,19 @@ ATTENTION_MIN_COSINE = 0.9999
 ATTENTION_RTOL = 1e-2
 
 
-def _model(name, kernel, dtype):
-  """(model, config) of the tiny `name` with model.kernel and model.compute_dtype set."""
+def _model(name, kernel, dtype, **model_fields):
+  """(model, config) of the tiny `name` with model.kernel, model.compute_dtype and any other model
+  fields set."""
   config = run_config.resolve(tiny_config(name))
   model_config = dataclasses.replace(run_config.model_config(config), kernel=kernel,
-                                     compute_dtype=dtype)
+                                     compute_dtype=dtype, **model_fields)
   return models.build_model(model_config), config
 
 
-def _loss_fn(name, kernel, dtype, init=init_params):
+def _loss_fn(name, kernel, dtype, init=init_params, **model_fields):
   """(the training loss of fixed random tokens as a function of the parameters, the parameters:
   init(model, seed, length))."""
-  model, config = _model(name, kernel, dtype)
+  model, config = _model(name, kernel, dtype, **model_fields)
   batch = np.random.default_rng(1).integers(0, 256, size=(4, config.train_length + 1),
                                             dtype=np.int32)
   loss = lambda p: token_scores(model.apply({"params": p}, batch[:, :-1]), batch[:, 1:])[1].mean()
@@ -67,8 +68,8 @@ def _loss_fn(name, kernel, dtype, init=init_params):
 
 
 @functools.cache
-def _loss_and_grads(name, kernel, dtype):
-  loss, params = _loss_fn(name, kernel, dtype)
+def _loss_and_grads(name, kernel, dtype, tie_embeddings=False):
+  loss, params = _loss_fn(name, kernel, dtype, tie_embeddings=tie_embeddings)
   return jax.jit(jax.value_and_grad(loss))(params)
 
 
@@ -130,6 +131,18 @@ def test_a_bfloat16_step_gives_the_float32_steps_loss_and_gradients(name, kernel
   loss, grads = _loss_and_grads(name, kernel, "bfloat16")
   want_loss, want_grads = _loss_and_grads(name, "reference", "float32")
   assert loss.dtype == jnp.float32
+  assert abs(float(loss) - float(want_loss)) < LOSS_RTOL * abs(float(want_loss))
+  _assert_close_gradients(grads, want_grads)
+
+
+def test_the_tied_head_takes_bfloat16_and_sums_in_float32_too():
+  """model.tie_embeddings: the head is the embedding's transpose, its product in the rule too."""
+  shapes = lambda *a: jax.eval_shape(functools.partial(init_params, *a))
+  loss, params = _loss_fn("kna_rope", "reference", "bfloat16", init=shapes, tie_embeddings=True)
+  found = set(dot_generals(jax.make_jaxpr(jax.value_and_grad(loss))(params).jaxpr))
+  assert found == {(("bfloat16", "bfloat16"), "float32", "float32")}, found
+  loss, grads = _loss_and_grads("kna_rope", "reference", "bfloat16", tie_embeddings=True)
+  want_loss, want_grads = _loss_and_grads("kna_rope", "reference", "float32", tie_embeddings=True)
   assert abs(float(loss) - float(want_loss)) < LOSS_RTOL * abs(float(want_loss))
   _assert_close_gradients(grads, want_grads)
 
