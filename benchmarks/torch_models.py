@@ -1,6 +1,7 @@
 """The same GAU and Transformer LMs and training step, written in PyTorch, as the peer a researcher
 would otherwise use (benchmarks/torch_peer.py times them beside ours). Shapes come from our
-ModelConfig; KNA/Baseline attention with RoPE, float32, AdamW with clipping at norm 1."""
+ModelConfig; KNA/Baseline attention with RoPE, float32 (or bfloat16 autocast), AdamW with clipping
+at norm 1."""
 
 import math
 
@@ -111,12 +112,16 @@ class LM(nn.Module):
     return self.head(x)
 
 
-def make_train_step(model, learning_rate=2e-3):
+def make_train_step(model, learning_rate=2e-3, autocast_dtype=None):
+  """A training step of `model`; autocast_dtype (e.g. torch.bfloat16): its forward pass under
+  torch.autocast on the CPU (products in that dtype, parameters and the loss in float32)."""
   opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
 
   def step(batch):
     inputs, targets = batch[:, :-1], batch[:, 1:]
-    logits = model(inputs)
+    with torch.autocast("cpu", dtype=autocast_dtype or torch.bfloat16,
+                        enabled=autocast_dtype is not None):
+      logits = model(inputs)
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
     opt.zero_grad(set_to_none=True)
     loss.backward()

@@ -3,9 +3,13 @@ r"""Training speed and MFU on this machine: `python benchmarks/train_speed.py`.
 For each architecture at the `cpu` size (8 x 512, float32; --dtypes=float32,bfloat16 adds bf16):
 seconds per jitted training step, tokens/s, the step's FLOPs (counted analytically, see
 benchmarks/flops.py) and MFU = achieved FLOP/s over this machine's matmul peak in the row's compute
-dtype, measured here through XLA (an n x n matmul, best of 20), beside it the MFU with the attention
+dtype, measured here through XLA (an n x n matmul, best of 20) in the form the step's products take
+(keynorm_jax/precision.py: inputs in the compute dtype, summed in float32; in bfloat16 that is not
+`a @ b`, whose bfloat16 result XLA's CPU backend computes at about half that rate on a processor
+with bfloat16 units: BENCHMARKS.md, "bfloat16 on the CPU"), beside it the MFU with the attention
 counted over the causal triangle only, and the memory of the compiled step (XLA's memory_analysis:
-arguments + temporaries). Figures printed; nothing is asserted.
+arguments + temporaries). The first line names the processor and its bfloat16 units (cpu/features.py). Figures
+printed; nothing is asserted.
 
 On an accelerator: `python benchmarks/train_speed.py --model_size=seed --dtypes=bfloat16,float32
 --peak_n=8192` (the seed's sizes, 32 x 512; parameters and optimizer state stay float32).
@@ -26,7 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.flops import train_step_flops  # pylint: disable=wrong-import-position
-from keynorm_jax import run_config  # pylint: disable=wrong-import-position
+from keynorm_jax import precision, run_config  # pylint: disable=wrong-import-position
+from keynorm_jax.cpu import features  # pylint: disable=wrong-import-position
 from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=wrong-import-position
 from keynorm_jax.training.loop import (  # pylint: disable=wrong-import-position
     init_state, make_train_step)
@@ -40,9 +45,10 @@ _PEAK_N = flags.DEFINE_integer("peak_n", 2048, "Matrix size of the peak measurem
 
 
 def matmul_peak(n: int, dtype=jnp.float32, repeats: int = 20) -> float:
-  """Best FLOP/s of an n x n x n matmul through XLA on the default device."""
+  """Best FLOP/s of an n x n x n matmul through XLA on the default device, as the training step's
+  products run: inputs in `dtype`, summed in float32 (precision.summed)."""
   a = jnp.asarray(np.random.default_rng(0).normal(size=(n, n)), dtype)
-  f = jax.jit(lambda x: x @ x)
+  f = jax.jit(lambda x: precision.summed("ij,jk->ik", x, x))
   f(a).block_until_ready()
   best = float("inf")
   for _ in range(repeats):
@@ -89,11 +95,13 @@ def time_train_step(config_name: str, size: str, dtype: str, steps: int, repeats
 def main(argv):
   del argv
   print(f"device: {jax.devices()[0].device_kind} x {jax.device_count()}, jax {jax.__version__}, "
-        f"default matmul precision {jax.config.jax_default_matmul_precision}")
+        f"default matmul precision {jax.config.jax_default_matmul_precision}; "
+        f"processor: {features.cpu_model()}")
   peaks = {}
   for dtype in _DTYPES.value:
     peaks[dtype] = matmul_peak(_PEAK_N.value, jnp.dtype(dtype))
-    print(f"{dtype} matmul peak through XLA (n={_PEAK_N.value}): {peaks[dtype] / 1e9:,.0f} GFLOP/s")
+    print(f"{dtype} matmul peak through XLA ({dtype} inputs, float32 sums; n={_PEAK_N.value}): "
+          f"{peaks[dtype] / 1e9:,.0f} GFLOP/s")
   print("| config | dtype | s/step | tokens/s | GFLOP/step (dense + attention) | GFLOP/s | MFU | "
         "MFU, causal triangle | compiled GiB |")
   print("|---|---|---|---|---|---|---|---|---|")

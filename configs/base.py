@@ -63,7 +63,8 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
                                   # per head and channel (Qiu et al. 2025's G1)
   m.tie_embeddings = False
   m.dropout = 0.0
-  m.compute_dtype = "float32"     # or bfloat16 (softmax and loss stay float32)
+  m.compute_dtype = "float32"     # or bfloat16: the products' inputs (their sums, softmax, norms
+                                  # and loss stay float32; keynorm_jax/precision.py)
   m.param_dtype = "float32"       # parameters and optimizer state (bfloat16: half their memory)
   m.vocab_size = 0                # 0 = the byte vocabulary (257); a Hugging Face model's own
   m.kernel = "auto"               # attention kernel: auto, reference, cpu, blocked, cudnn or xla

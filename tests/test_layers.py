@@ -13,7 +13,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # Lowest first: {group: module prefixes} per layer; a comment says what a layer needs from below.
 LAYERS = (
-    {"errors": ("keynorm_jax.errors",), "seed_results": ("keynorm_jax.seed_results",)},  # no imports
+    {"errors": ("keynorm_jax.errors",), "seed_results": ("keynorm_jax.seed_results",),  # no imports
+     "precision": ("keynorm_jax.precision",)},
     {"rope": ("keynorm_jax.rope",), "cpu": ("keynorm_jax.cpu",), "data": ("keynorm_jax.data",)},
     {"positions": ("keynorm_jax.positions",)},                  # RoPE's angles
     {"attention": ("keynorm_jax.attention",)},                  # the CPU seam, RoPE

@@ -2,6 +2,9 @@
 derived figures checked on records whose answers are worked out by hand."""
 
 import json
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -138,6 +141,30 @@ def test_drope_runs_add_its_temperature_under_a_plan_key_of_their_own():
   assert key("transformer_kna_rope", 0.5) == key("kna_nope", 0.5) == plan.plan_key("cpu", True)
   assert key("transformer_kna_drope", 0.5) == (plan.plan_key("cpu", retrieval=True)
                                                + ":drope=drope_temperature")
+
+
+def test_a_study_in_bfloat16_trains_the_plan_under_keys_of_its_own(tmp_path):
+  """--dtype: float32 (the default) leaves the plan as it is; bfloat16 puts model.compute_dtype in
+  every run's config, label and key, so no record of one dtype is found for the other; the
+  pre-registered runs refuse it in one line, before any training."""
+  entries = plan.field_runs()
+  assert plan.in_dtype(entries, "float32") == entries
+  bf16 = plan.in_dtype(entries, "bfloat16")
+  keys, bf16_keys = {e.key for e in entries}, {e.key for e in bf16}
+  assert len(bf16_keys) == len(bf16) == len(entries) and not keys & bf16_keys
+  entry = plan.in_dtype([plan.StudyRun("kna_rope")], "bfloat16")[0]
+  assert (entry.label, entry.key) == ("kna_rope+compute_dtype=bfloat16",
+                                      "kna_rope__compute_dtype-bfloat16__seed0")
+  assert runner.study_config(entry, "cpu").model.compute_dtype == "bfloat16"
+  assert runner.study_config(plan.StudyRun("kna_rope"), "cpu").model.compute_dtype == "float32"
+  done = subprocess.run([sys.executable, "-m", "keynorm_jax.study", "--plan=preregistered",
+                         "--dtype=bfloat16", f"--results={tmp_path}", f"--runs_dir={tmp_path}"],
+                        cwd=pathlib.Path(__file__).resolve().parent.parent, capture_output=True,
+                        text=True, check=False)
+  assert done.returncode == 1
+  assert done.stderr.strip().splitlines()[-1] == (
+      "error: --dtype=bfloat16: the pre-registered runs train in float32 (docs/study.md, (f)); "
+      "leave --dtype at float32 with --plan=preregistered.")
 
 
 def test_shards_split_the_plan_into_disjoint_parts_that_cover_it():

@@ -12,37 +12,41 @@ disagree on a formula.
 import jax
 import jax.numpy as jnp
 
+from keynorm_jax import precision
 from keynorm_jax.attention.prepare import Prepared, Side
 from keynorm_jax.attention.spec import Mods
 
 MASKED = -1e30
 
 
-def grouped_scores(q_BxQxHxS, k_BxKxGxS):
-  """q [B, Q, H, S] . k [B, K, G, S] -> [B, H, Q, K]: query head h against key head h // (H / G)
-  (grouped-query attention by a grouped einsum: k is never repeated)."""
+def grouped_scores(q_BxQxHxS, k_BxKxGxS, dtype=jnp.float32):
+  """q [B, Q, H, S] . k [B, K, G, S] -> [B, H, Q, K] float32: query head h against key head
+  h // (H / G) (grouped-query attention by a grouped einsum: k is never repeated). q and k enter
+  the product in `dtype` (the compute dtype), summed in float32 (precision.einsum)."""
   batch, queries, heads, size = q_BxQxHxS.shape
   groups = k_BxKxGxS.shape[2]
   q_BxQxGxRxS = q_BxQxHxS.reshape(batch, queries, groups, heads // groups, size)
-  scores = jnp.einsum("bqgrs,bkgs->bgrqk", q_BxQxGxRxS, k_BxKxGxS)
+  scores = precision.einsum("bqgrs,bkgs->bgrqk", q_BxQxGxRxS, k_BxKxGxS, dtype)
   return scores.reshape(batch, heads, queries, k_BxKxGxS.shape[1])
 
 
-def grouped_probs_times_values(probs_BxHxQxK, values_BxKxGxE):
-  """probs [B, H, Q, K] x values [B, K, G, E] -> [B, Q, H, E] (grouped as grouped_scores)."""
+def grouped_probs_times_values(probs_BxHxQxK, values_BxKxGxE, dtype=jnp.float32):
+  """probs [B, H, Q, K] x values [B, K, G, E] -> [B, Q, H, E] float32 (grouped as grouped_scores;
+  the product in `dtype`, summed in float32)."""
   batch, heads, queries, keys = probs_BxHxQxK.shape
   groups = values_BxKxGxE.shape[2]
   probs = probs_BxHxQxK.reshape(batch, groups, heads // groups, queries, keys)
-  out = jnp.einsum("bgrqk,bkge->bqgre", probs, values_BxKxGxE)
+  out = precision.einsum("bgrqk,bkge->bqgre", probs, values_BxKxGxE, dtype)
   return out.reshape(batch, queries, heads, values_BxKxGxE.shape[-1])
 
 
-def grouped_values_grad(probs_BxHxQxK, d_out_BxQxHxE, groups: int):
-  """d values [B, K, G, E] of grouped_probs_times_values: sum over queries and the group's heads."""
+def grouped_values_grad(probs_BxHxQxK, d_out_BxQxHxE, groups: int, dtype=jnp.float32):
+  """d values [B, K, G, E] float32 of grouped_probs_times_values: sum over queries and the group's
+  heads (the product in `dtype`, summed in float32)."""
   batch, heads, queries, keys = probs_BxHxQxK.shape
   probs = probs_BxHxQxK.reshape(batch, groups, heads // groups, queries, keys)
   d_out = d_out_BxQxHxE.reshape(batch, queries, groups, heads // groups, -1)
-  return jnp.einsum("bgrqk,bqgre->bkge", probs, d_out)
+  return precision.einsum("bgrqk,bqgre->bkge", probs, d_out, dtype)
 
 
 def head_by_head(prepared: Prepared) -> Prepared:

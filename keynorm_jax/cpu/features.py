@@ -1,8 +1,10 @@
 """What the host processor can do, read once from Linux's /proc/cpuinfo (None or False elsewhere).
 
 The CPU multiplies bfloat16 at twice its float32 rate only with bf16 units (`avx512_bf16` or
-`amx_bf16` in its flags) and products that accumulate in float32; without them a bfloat16 product
-is emulated and slower than float32 (BENCHMARKS.md, "bfloat16 on the CPU").
+`amx_bf16` in its flags) and products that accumulate in float32 (keynorm_jax/precision.py);
+without them a bfloat16 product is emulated and slower than float32 (BENCHMARKS.md, "bfloat16 on
+the CPU"). float32 stays the default everywhere; `slow_bfloat16` is the line a bfloat16 model says
+on a processor without the units (models.build_model, once per process).
 """
 
 import functools
@@ -40,3 +42,12 @@ def cpu_model() -> str | None:
   if name is None:
     return None
   return f"{name} ({', '.join(bf16_units()) or 'no bf16 units'})"
+
+
+def slow_bfloat16() -> str | None:
+  """One line saying that bfloat16 products run slower than float32 on this processor, where its
+  flags were read and have no bfloat16 unit; None where it has one or its flags are unknown."""
+  if not _cpuinfo()[1] or bf16_units():
+    return None
+  return (f"model.compute_dtype=bfloat16 runs as asked, but slower than float32 on this processor "
+          f"({cpu_model()}: its bfloat16 products are emulated); float32 is the default.")

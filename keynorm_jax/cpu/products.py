@@ -12,31 +12,36 @@ values is dot_general(probs, values), and both products have a custom backward w
 is row-major, dS^T and P^T materialized as their own copies (boundary.transposed). The same sums as
 the reference kernel's einsums (attention/kernels/reference.py), within float32 rounding
 (benchmarks/PROFILE_NOTES.md); measured on the CPU only.
+
+Both take their two inputs in one dtype (the compute dtype: the kernel rounds them) and return the
+float32 sums; their backward passes round the cotangent to the inputs' dtype, sum every product in
+float32 and return each gradient in its input's dtype (keynorm_jax/precision.py).
 """
 
-import jax
 import jax.numpy as jnp
 
+from keynorm_jax import precision
 from keynorm_jax.cpu.backward import with_backward
 from keynorm_jax.cpu.boundary import transposed
 
 
 def einsum_scores(q_BxQxHxS, k_BxKxHxS):
-  """q [B, Q, H, S] x k [B, K, H, S] -> scores [B, H, Q, K], as written (the reference)."""
-  return jnp.einsum("bqhs,bkhs->bhqk", q_BxQxHxS, k_BxKxHxS)
+  """q [B, Q, H, S] x k [B, K, H, S] -> scores [B, H, Q, K] float32, as written (the reference)."""
+  return precision.summed("bqhs,bkhs->bhqk", q_BxQxHxS, k_BxKxHxS)
 
 
 def einsum_probs_times_values(probs_BxHxQxK, values_BxKxHxE):
-  """probs [B, H, Q, K] x values [B, K, H, E] -> [B, Q, H, E], as written (the reference)."""
-  return jnp.einsum("bhqk,bkhe->bqhe", probs_BxHxQxK, values_BxKxHxE)
+  """probs [B, H, Q, K] x values [B, K, H, E] -> [B, Q, H, E] float32, as written (the
+  reference)."""
+  return precision.summed("bhqk,bkhe->bqhe", probs_BxHxQxK, values_BxKxHxE)
 
 
 def _ordered_product(a_BxHxQxK, b_BxKxHxE):
-  """a [B, H, Q, K] x b [B, K, H, E] -> [B, Q, H, E] as dot_general(a, b) -> [B, H, Q, E] (a
-  row-major product) and a transpose (a bitcast for one head)."""
-  out_BxHxQxE = jax.lax.dot_general(a_BxHxQxK, b_BxKxHxE, (((3,), (1,)), ((0, 1), (0, 2))),
-                                    preferred_element_type=jnp.float32)
-  return jnp.transpose(out_BxHxQxE, (0, 2, 1, 3)).astype(jnp.result_type(a_BxHxQxK, b_BxKxHxE))
+  """a [B, H, Q, K] x b [B, K, H, E] -> [B, Q, H, E] float32 as dot_general(a, b) -> [B, H, Q, E]
+  (a row-major product) and a transpose (a bitcast for one head)."""
+  out_BxHxQxE = precision.summed_dot_general(a_BxHxQxK, b_BxKxHxE,
+                                             (((3,), (1,)), ((0, 1), (0, 2))))
+  return jnp.transpose(out_BxHxQxE, (0, 2, 1, 3))
 
 
 def _swap_last(x_BxHxQxK):
@@ -47,6 +52,7 @@ def _swap_last(x_BxHxQxK):
 def _probs_times_values_bwd(residuals, g_BxQxHxE):
   """dP = dO V^T; dV = P^T dO."""
   probs_BxHxQxK, values_BxKxHxE = residuals
+  g_BxQxHxE = g_BxQxHxE.astype(values_BxKxHxE.dtype)
   grad_probs = einsum_scores(g_BxQxHxE, values_BxKxHxE).astype(probs_BxHxQxK.dtype)
   grad_values = _ordered_product(_swap_last(probs_BxHxQxK), g_BxQxHxE).astype(values_BxKxHxE.dtype)
   return grad_probs, grad_values
@@ -55,12 +61,13 @@ def _probs_times_values_bwd(residuals, g_BxQxHxE):
 def _scores_bwd(residuals, g_BxHxQxK):
   """dQ = dS K; dK = dS^T Q."""
   q_BxQxHxS, k_BxKxHxS = residuals
+  g_BxHxQxK = g_BxHxQxK.astype(q_BxQxHxS.dtype)
   grad_q = _ordered_product(g_BxHxQxK, k_BxKxHxS).astype(q_BxQxHxS.dtype)
   grad_k = _ordered_product(_swap_last(g_BxHxQxK), q_BxQxHxS).astype(k_BxKxHxS.dtype)
   return grad_q, grad_k
 
 
-# probs [B, H, Q, K] x values [B, K, H, E] -> [B, Q, H, E], with the backward pass above.
+# probs [B, H, Q, K] x values [B, K, H, E] -> [B, Q, H, E] float32, with the backward pass above.
 probs_times_values = with_backward(_ordered_product, _probs_times_values_bwd)
-# q [B, Q, H, S] x k [B, K, H, S] -> scores [B, H, Q, K], with the backward pass above.
+# q [B, Q, H, S] x k [B, K, H, S] -> scores [B, H, Q, K] float32, with the backward pass above.
 query_key_scores = with_backward(einsum_scores, _scores_bwd)

@@ -1,18 +1,29 @@
 """The language models: the seed's single-head GAU and a multi-head pre-norm Transformer."""
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from keynorm_jax import positions
+from keynorm_jax.cpu import features
 from keynorm_jax.models.attention_block import GIVEN_SPECS, resolved_specs
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.gau import GAULM
 from keynorm_jax.models.layer_stack import by_layer
 
 
+_SAID: set = set()   # the notes said in this process (each once)
+
+
 def build_model(cfg: ModelConfig, column: positions.EvalColumn = positions.EvalColumn()):
-  """The Flax LM of `cfg`, run under an evaluation column (default: as trained)."""
+  """The Flax LM of `cfg`, run under an evaluation column (default: as trained). A bfloat16 model
+  on a CPU without bfloat16 units says once that it will be slower than float32 there."""
+  if cfg.compute_dtype == "bfloat16" and jax.default_backend() == "cpu":
+    note = features.slow_bfloat16()
+    if note and note not in _SAID:
+      _SAID.add(note)
+      logging.warning(note)
   if cfg.architecture == "gau":
     return GAULM(cfg, column)
   from keynorm_jax.models.transformer import TransformerLM  # pylint: disable=g-import-not-at-top

@@ -1,5 +1,9 @@
 """The models' x W: through the CPU seam's `dense_matmul` when the model takes the CPU paths
-(ModelConfig.cpu_ops), else the plain einsum. A static choice: the same function either way."""
+(ModelConfig.cpu_ops), else the plain einsum. A static choice: the same function either way.
+
+x and W enter the product in the compute dtype and it sums in float32 (keynorm_jax/precision.py);
+its result is rounded to `out_dtype`: the compute dtype for a layer whose output the next layers
+read, float32 for the head (the loss follows)."""
 
 import functools
 
@@ -9,13 +13,15 @@ import jax
 from keynorm_jax.cpu.dense import dense_matmul, reference_matmul
 
 
-def matmul(x, kernel, cpu_ops: bool):
-  """x [..., d] @ kernel [d, f] -> [..., f]."""
-  return dense_matmul(x, kernel) if cpu_ops else reference_matmul(x, kernel)
+def matmul(x, kernel, cpu_ops: bool, out_dtype=None):
+  """x [..., d] @ kernel [d, f] -> [..., f] in out_dtype (default: x's dtype); x and kernel in one
+  dtype (the compute dtype), summed in float32."""
+  summed = dense_matmul(x, kernel) if cpu_ops else reference_matmul(x, kernel)
+  return summed.astype(out_dtype or x.dtype)
 
 
 def _dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, *,
-                 cpu_ops: bool):
+                 cpu_ops: bool, out_dtype=None):
   """A `dot_general` for flax's nn.Dense (contract lhs's last axis with rhs's first) through
   `matmul`; any other contraction goes to lax.dot_general unchanged."""
   (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
@@ -25,10 +31,13 @@ def _dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_
   if not plain:
     return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                                preferred_element_type=preferred_element_type)
-  return matmul(lhs, rhs, cpu_ops)
+  return matmul(lhs, rhs, cpu_ops, out_dtype)
 
 
-def linear(features: int, dtype, name: str, cpu_ops: bool, bias: bool = False) -> nn.Module:
-  """nn.Dense(features), without bias unless `bias`, its products through `matmul`."""
+def linear(features: int, dtype, name: str, cpu_ops: bool, bias: bool = False,
+           out_dtype=None) -> nn.Module:
+  """nn.Dense(features), without bias unless `bias`, its inputs in `dtype` (the compute dtype) and
+  its products through `matmul`, the result in out_dtype (default: `dtype`)."""
   return nn.Dense(features, use_bias=bias, dtype=dtype, name=name,
-                  dot_general=functools.partial(_dot_general, cpu_ops=cpu_ops))
+                  dot_general=functools.partial(_dot_general, cpu_ops=cpu_ops,
+                                                out_dtype=out_dtype))

@@ -9,7 +9,7 @@ before and after them.
 import flax.linen as nn
 import jax.numpy as jnp
 
-from keynorm_jax import positions
+from keynorm_jax import positions, precision
 from keynorm_jax.models.attention_block import layer_specs
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.layer_stack import layer_stack
@@ -34,7 +34,8 @@ def sequence_positions(module: nn.Module, cfg: ModelConfig, batch: int, length: 
 
 class Embedder(nn.Module):
   """Tokens [B, T] -> [B, T, d] (compute dtype), plus absolute positions if the method has them;
-  `logits` maps back to float32 logits through the tied or untied head."""
+  `logits` maps back to float32 logits through the tied or untied head (its product in the compute
+  dtype, summed in float32: keynorm_jax/precision.py)."""
   config: ModelConfig
 
   def setup(self):
@@ -45,7 +46,8 @@ class Embedder(nn.Module):
     self.absolute = (ABSOLUTE_POSITIONS[absolute](cfg.train_length, name="positions")
                      if absolute else None)
     if not cfg.tie_embeddings:
-      self.head = linear(cfg.vocab_size, None, "head", cfg.cpu_ops)
+      self.head = linear(cfg.vocab_size, jnp.dtype(cfg.compute_dtype), "head", cfg.cpu_ops,
+                         out_dtype=jnp.float32)
 
   def __call__(self, tokens_BxT, positions_BxT):
     x = self.embed(tokens_BxT).astype(jnp.dtype(self.config.compute_dtype))
@@ -54,9 +56,10 @@ class Embedder(nn.Module):
     return x
 
   def logits(self, x):
-    x = x.astype(jnp.float32)
-    out = self.embed.attend(x) if self.config.tie_embeddings else self.head(x)
-    return out.astype(jnp.float32)
+    if self.config.tie_embeddings:
+      return precision.einsum("...d,vd->...v", x, self.embed.embedding,
+                              jnp.dtype(self.config.compute_dtype))
+    return self.head(x)
 
 
 class LanguageModel(nn.Module):

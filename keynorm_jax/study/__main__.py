@@ -7,7 +7,9 @@ results/field/FIELD.md, its run log (NOTES.md), the figures and the generated ta
 run keys (e.g. kna_alibi__seed0); --max_runs to a number of new runs; --shard=i/n to every n-th run
 from the i-th, so that n processes share one accelerator (README: "The field study");
 --plan=preregistered to the pre-registered pairs instead of the field plan; --group_seeds trains the
-runs that differ only by seed as seed groups, still one record per seed (study/groups.py).
+runs that differ only by seed as seed groups, still one record per seed (study/groups.py);
+--dtype=bfloat16 trains the plan's runs with bfloat16 products under keys of their own
+(plan.in_dtype; faster than float32 only on a processor with bfloat16 units, cpu/features.py).
 """
 
 # First of all, before the imports that take seconds: SIGTERM or Ctrl-C from now on stops the
@@ -23,6 +25,7 @@ from absl import app, flags, logging
 from keynorm_jax import cli
 from keynorm_jax.data.corpora import check_data_dir
 from keynorm_jax.errors import ConfigError
+from keynorm_jax.models.config import DTYPES
 from keynorm_jax.storage import disk
 from keynorm_jax.study import plan
 from keynorm_jax.study.provenance import provenance
@@ -48,13 +51,21 @@ _PLAN = flags.DEFINE_enum("plan", "field", list(plan.PLANS), "The runs to train:
 _GROUP_SEEDS = flags.DEFINE_bool("group_seeds", False, "Train the unrecorded runs that differ only "
                                  "by seed, on consecutive seeds, as one seed group each "
                                  "(--config.num_seeds); one record per seed all the same.")
+_DTYPE = flags.DEFINE_enum("dtype", plan.DTYPE, list(DTYPES), "model.compute_dtype of every run "
+                           f"(default {plan.DTYPE}); another dtype is a model setting of each run, "
+                           "in its label and key (`+compute_dtype=bfloat16`).")
 _KEEP_RUNS = flags.DEFINE_bool("keep_runs", False, "Keep each run's workdir (checkpoints) after "
                                "its record is written, e.g. to run more diagnostics on it.")
 
 
-def selected_runs(entries, keys, shard: str) -> list:
-  """The planned entries named by --runs (all when unset) in --shard; ConfigError for an empty
-  --runs, a key the plan does not have, or a bad --shard."""
+def selected_runs(entries, keys, shard: str, dtype: str = plan.DTYPE) -> list:
+  """The planned entries in --dtype (plan.in_dtype) named by --runs (all when unset) in --shard;
+  ConfigError for an empty --runs, a key the plan does not have, a bad --shard or a dtype the
+  plan cannot take."""
+  try:
+    entries = plan.in_dtype(entries, dtype)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
   if keys is not None:
     if not keys:
       raise ConfigError("--runs is empty; name run keys (<label>__seed<N>, comma-separated), or "
@@ -96,7 +107,7 @@ def _checked_options(study: str):
   """(the record store, the selected entries) once every option is checked, before any work."""
   check_options(max_runs=_MAX_RUNS.value, runs_dir=_RUNS_DIR.value, results=_RESULTS.value)
   store = RecordStore(study) if _RESULTS.value is None else RecordStore(study, root=_RESULTS.value)
-  entries = selected_runs(plan.PLANS[_PLAN.value](), _RUNS.value, _SHARD.value)
+  entries = selected_runs(plan.PLANS[_PLAN.value](), _RUNS.value, _SHARD.value, _DTYPE.value)
   check_paths(store, runs_dir=_RUNS_DIR.value, data_dir=_DATA_DIR.value,
               train=not _REPORT_ONLY.value)
   return store, entries

@@ -244,6 +244,22 @@ def field_runs() -> list[StudyRun]:
 
 # The plans the study can run (its --plan flag).
 PLANS = {"field": field_runs, "preregistered": preregistered_runs}
+# The study's model.compute_dtype unless --dtype says otherwise: every record made so far, and the
+# pre-registered runs' (docs/study.md).
+DTYPE = "float32"
+
+
+def in_dtype(entries: list, dtype: str) -> list:
+  """The entries trained with model.compute_dtype `dtype`: as they are in DTYPE; in another, with
+  it as a model setting of each run (`+compute_dtype=<dtype>` in its label and key), so that the
+  records of different dtypes never overwrite or stand in for each other. ValueError for the
+  pre-registered runs in another dtype (their protocol fixes float32)."""
+  if dtype == DTYPE:
+    return list(entries)
+  if any(e.preregistered for e in entries):
+    raise ValueError(f"--dtype={dtype}: the pre-registered runs train in {DTYPE} (docs/study.md, "
+                     f"(f)); leave --dtype at {DTYPE} with --plan=preregistered.")
+  return [dataclasses.replace(e, model=e.model + (("compute_dtype", dtype),)) for e in entries]
 
 
 def shard_of(entries: list, shard: str) -> list:

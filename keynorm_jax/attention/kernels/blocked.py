@@ -19,6 +19,10 @@ lse = m + log l per query, and recomputes each block's scores through `block_sco
 the gradients of learned biases and SSMax come from the same code), with
 p = exp(s - lse), dv += p^T do, ds = p (do . v - do . o - dH (log p + H)) for the output and the
 entropy H. Memory O(T) instead of the T x T probabilities reverse mode would keep.
+
+The products (q . k, p v and the backward's) take their inputs in the values' dtype as given (the
+model's compute dtype) and sum in float32 (keynorm_jax/precision.py); m, l, c, the output and every
+gradient accumulate in float32.
 """
 
 import functools
@@ -42,6 +46,7 @@ class _Blocks(NamedTuple):
   length: int                 # real (unpadded) sequence length
   window: Optional[float]
   sink_tokens: Optional[int]
+  dtype: object = jnp.float32  # the products' inputs (the compute dtype); sums in float32
 
 
 def _pad_to(x, size, mode):
@@ -174,7 +179,7 @@ def _forward(static, scores_fn, q_floats, q_ints, k_floats, k_ints, values, cons
       l_new = rescale * l_BxHxQ + p_BxHxQxK.sum(axis=-1)
       v_BxKxGxE = _slice(values, key_start, static.key_block)
       acc_new = (acc_BxQxHxE * jnp.moveaxis(rescale, 1, 2)[..., None]
-                 + grouped_probs_times_values(p_BxHxQxK, v_BxKxGxE))
+                 + grouped_probs_times_values(p_BxHxQxK, v_BxKxGxE, static.dtype))
       return m_new, l_new, c_new, acc_new
 
     # The lowest float, not -inf: (m_new - m) l stays 0 (not inf x 0) until a key is kept.
@@ -224,12 +229,13 @@ def _backward(static, scores_fn, residuals, cotangents):
       log_p = scores_BxHxQxK - lse_i
       p_BxHxQxK = jnp.where(keep_Bx1xQxK, jnp.exp(log_p), 0.0)
       v_j = _slice(values, key_start, k_len)
-      dp_BxHxQxK = grouped_scores(do_i, v_j)
+      dp_BxHxQxK = grouped_scores(do_i, v_j, static.dtype)
       # d/ds_j of the output: p_j (dp_j - do . o); of the entropy H: -p_j (log p_j + H).
       ds = p_BxHxQxK * (dp_BxHxQxK - do_dot_o_i - d_entropy_i * (log_p + entropy_i))
       dq_j, dk_j, dconsts_j = vjp(ds)
       return (jax.tree.map(jnp.add, dq_i, dq_j), _add_at(dk, key_start, dk_j),
-              _add_at(dv, key_start, grouped_values_grad(p_BxHxQxK, do_i, v_j.shape[2])),
+              _add_at(dv, key_start,
+                      grouped_values_grad(p_BxHxQxK, do_i, v_j.shape[2], static.dtype)),
               jax.tree.map(jnp.add, dconsts, dconsts_j))
 
     dq, dk, dv, dconsts = grads
@@ -259,7 +265,7 @@ _attention.defvjp(_attention_fwd, _backward)
 
 
 def blocked_attention(block_scores, queries: Side, keys: Side, values_BxTxGxE, *, query_block: int,
-                      key_block: int, window=None, sink_tokens=None):
+                      key_block: int, window=None, sink_tokens=None, dtype=jnp.float32):
   """Attention of all queries over the key blocks they can reach, with an online softmax.
 
   block_scores(query Side block, key Side block) -> (scores [B, H, Q, K] with masked entries at a
@@ -267,6 +273,9 @@ def blocked_attention(block_scores, queries: Side, keys: Side, values_BxTxGxE, *
     gradients too.
   window, sink_tokens: as in Mods (used only to bound the key blocks; the mask is
     block_scores').
+  dtype: probabilities x values (and its backward products) take their inputs in it, summed in
+    float32 (keynorm_jax/precision.py); block_scores rounds q and k itself. Every running sum and
+    gradient accumulates in float32 whatever it is.
 
   Returns (out [B, T, H, E] float32, entropy [B, T, H]).
   """
@@ -277,20 +286,24 @@ def blocked_attention(block_scores, queries: Side, keys: Side, values_BxTxGxE, *
   # The arrays block_scores closes over become explicit inputs of the custom VJP.
   scores_fn, consts = jax.closure_convert(block_scores, _slice(queries, 0, query_block),
                                           _slice(keys, 0, key_block))
-  static = _Blocks(query_block, key_block, length, window, sink_tokens)
+  static = _Blocks(query_block, key_block, length, window, sink_tokens, jnp.dtype(dtype))
   out, entropy = _attention(static, scores_fn, _floats(queries), (queries.positions, queries.index),
                             _floats(keys), (keys.positions, keys.index), values, consts)
   return out[:, :length], entropy[:, :length]
 
 
 def run(prepared, blocks=None):
-  """The kernel: blocks = (queries, keys) per block, default DEFAULT_BLOCK each."""
+  """The kernel: blocks = (queries, keys) per block, default DEFAULT_BLOCK each. The products take
+  their inputs in the values' dtype (the model's compute dtype)."""
+  dtype = prepared.values.dtype
   p = prepared._replace(values=prepared.values.astype(jnp.float32))
   length = p.values.shape[1]
   query_block, key_block = (min(b, length) for b in (blocks or (DEFAULT_BLOCK, DEFAULT_BLOCK)))
-  return blocked_attention(lambda queries, keys: block_scores(p.mods, queries, keys), p.queries,
-                           p.keys, p.values, query_block=query_block, key_block=key_block,
-                           window=p.mods.window, sink_tokens=p.mods.sink_tokens)
+  product = functools.partial(grouped_scores, dtype=dtype)
+  return blocked_attention(lambda queries, keys: block_scores(p.mods, queries, keys, product),
+                           p.queries, p.keys, p.values, query_block=query_block,
+                           key_block=key_block, window=p.mods.window,
+                           sink_tokens=p.mods.sink_tokens, dtype=dtype)
 
 
 KERNEL = Kernel("blocked", "query and key blocks with an online softmax, skipping empty blocks "

@@ -6,21 +6,25 @@
 q', k' and multiplier_i as attention/prepare.py computes them (its docstring lists every variant's
 and position option's formula), bias_ij and the kept pairs as attention/scores.py does. Here every
 query is scored against every key at once, the softmax runs in float32 and probabilities times
-values is a jnp.einsum (grouped: key/value heads shared by query heads are not repeated). No
-blocks, no custom backward, no switches."""
+values is an einsum (grouped: key/value heads shared by query heads are not repeated). Both products
+take their inputs in the values' dtype (the model's compute dtype) and sum in float32
+(keynorm_jax/precision.py: in float32 the plain einsums). No blocks, no custom backward of its
+own, no switches."""
 
-import jax.numpy as jnp
+import functools
 
 from keynorm_jax.attention.kernels.base import Kernel
-from keynorm_jax.attention.scores import (block_scores, grouped_probs_times_values,
+from keynorm_jax.attention.scores import (block_scores, grouped_probs_times_values, grouped_scores,
                                           normalized_with_entropy)
 
 
 def run(prepared, blocks=None):  # pylint: disable=unused-argument
   p = prepared
+  dtype = p.values.dtype   # the products' inputs: the compute dtype
   probs_BxHxQxK, entropy_BxQxH = normalized_with_entropy(
-      p.mods, *block_scores(p.mods, p.queries, p.keys))
-  out = grouped_probs_times_values(probs_BxHxQxK, p.values.astype(jnp.float32))
+      p.mods, *block_scores(p.mods, p.queries, p.keys,
+                            functools.partial(grouped_scores, dtype=dtype)))
+  out = grouped_probs_times_values(probs_BxHxQxK, p.values, dtype)
   return out, entropy_BxQxH
 
 
