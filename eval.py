@@ -83,7 +83,7 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
   # Bad options, no runs, an unwritable output folder or files: `error: <message>`, one line.
-  records, failures, _ = cli.run_or_exit(_evaluate, name_type=False)
+  records, failures, _ = cli.run_or_exit(_evaluate)
   if failures or not records:
     sys.exit(1)
 

@@ -10,18 +10,17 @@ from keynorm_jax.training.preemption import Preempted
 USER_ERRORS = (KeynormError, ValueError, RuntimeError, FloatingPointError)
 
 
-def run_or_exit(work, *, name_type: bool = True):
+def run_or_exit(work):
   """Returns work(); a preempted run prints its line and exits with its code (75), the user's
-  errors exit with `error: <type>: <message>` (`error: <message>` without name_type: for the
-  refusals of bad options, whose message names the flag), and anything else (a bug) keeps its
-  traceback."""
+  errors exit with `error: <message>` (every command alike: the message names what is wrong and
+  what to do), and anything else (a bug) keeps its traceback."""
   try:
     return work()
   except Preempted as e:
     print(e, file=sys.stderr, flush=True)
     sys.exit(e.exit_code)
   except USER_ERRORS as e:
-    sys.exit(f"error: {type(e).__name__}: {e}" if name_type else f"error: {e}")
+    sys.exit(f"error: {e}")
 
 
 def refuse_arguments(argv) -> None:

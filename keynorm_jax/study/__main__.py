@@ -106,7 +106,7 @@ def main(argv):
   cli.refuse_arguments(argv)
   logging.set_verbosity(logging.WARNING)
   study = "field" if _SCALE.value == "cpu" else f"field_{_SCALE.value}"
-  store, entries = cli.run_or_exit(lambda: _checked_options(study), name_type=False)
+  store, entries = cli.run_or_exit(lambda: _checked_options(study))
   provenance()  # the code this process runs, read before any run starts
   if not _REPORT_ONLY.value:  # as train.py (preemption: exit 75)
     cli.run_or_exit(lambda: run_plan(entries, store, scale=_SCALE.value, runs_dir=_RUNS_DIR.value,
