@@ -161,6 +161,20 @@ class ModelConfig:
       raise ConfigError(f"model.indices={indices.name!r}: the learned position table has one row "
                         f"per index 0..train_length-1, and these indices are not those; leave "
                         f"model.indices at integer.")
+    if chosen.explicit and not self._reads_indices(method):
+      raise ConfigError(f"model.indices={self.indices!r} changes which position each token has, "
+                        f"and position={self.position!r} without log n or SSMax reads no position "
+                        f"(no rotation, positional bias or embedding): the setting would be "
+                        f"ignored. Leave model.indices at integer, or train a position method that "
+                        f"reads positions (e.g. rope).")
+
+  def _reads_indices(self, method) -> bool:
+    """Whether anything of the model reads its position indices: a rotation, a positional bias
+    or embedding (also in an earlier training phase: DroPE's RoPE), or the query factor of log n
+    or SSMax (log of the position). NoPE, FoX and CoPE alone read none (FoX and CoPE count by the
+    sequence index)."""
+    return bool(method.rotary or method.bias or method.absolute or self.logn or self.ssmax
+                or method.earlier_phase(1) is not None)
 
   def _check_rope_scaling(self, method):
     scaling = self.trained_rope_scaling
