@@ -4,6 +4,7 @@ errors a run ends on."""
 import sys
 
 from keynorm_jax.errors import ConfigError, KeynormError
+from keynorm_jax.storage import disk
 from keynorm_jax.training.preemption import Preempted
 
 # The errors the user can cause and fix (config, data, checkpoints, NaN, disk, lock): one line.
@@ -30,10 +31,9 @@ def refuse_arguments(argv) -> None:
 
 
 def check_folder_flags(**folders) -> None:
-  """ConfigError for a folder flag given empty (--name=), which would otherwise mean "here"."""
+  """ConfigError for a folder flag given empty or as whitespace only (disk.check_folder_flag)."""
   for name, value in folders.items():
-    if value == "":
-      raise ConfigError(f"--{name} is empty; pass a folder, or leave it unset for its default.")
+    disk.check_folder_flag(name, value)
 
 
 def numbers(name: str, values, kind, default):

@@ -56,12 +56,10 @@ def check_eval_options(*, factor=None, batch_size=0, num_prompts=1, num_windows=
                        repeat_period=None, workdir="runs", output=None):
   """ConfigError for an option that cannot be meant: --factor, --batch_size, --num_prompts,
   --num_windows, --repeat_period, or an empty --workdir or --output."""
-  if not str(workdir or ""):
-    raise ConfigError("--workdir is empty; pass a run's folder or a folder of runs (default "
-                      "runs).")
-  if output is not None and not str(output):
-    raise ConfigError("--output is empty; pass a folder for the results, or leave it unset for "
-                      "<workdir>/eval.")
+  disk.check_folder_flag("workdir", workdir or "", "pass a run's folder or a folder of runs "
+                         "(default runs)")
+  disk.check_folder_flag("output", output, "pass a folder for the results, or leave it unset for "
+                         "<workdir>/eval")
   if num_windows < 1:
     raise ConfigError(f"--num_windows must be at least 1 (windows per set), got {num_windows}.")
   if repeat_period is not None and repeat_period < 1:

@@ -18,6 +18,7 @@ from keynorm_jax.errors import ConfigError
 from keynorm_jax.huggingface.hf_config import eos_token_id, read_json, refuse, stored_dtype
 from keynorm_jax.huggingface.llama import load_llama
 from keynorm_jax.runs import RunSource, TrainedRun
+from keynorm_jax.storage import disk
 
 _MODEL_FIELDS = ("architecture", "num_layers", "d_model", "num_heads", "head_dim", "num_kv_heads",
                  "mlp", "mlp_size", "norm", "norm_eps", "qkv_bias", "tie_embeddings", "attention",
@@ -83,9 +84,8 @@ def folder_source(hf_checkpoint, workdir, *, data_dir: str = "", dtype: str = "a
   lengths asked only (not its training length); its results default to
   <workdir>/hf_<folder name>/eval, beside our runs' results. ConfigError for an empty flag or a
   path that is not a folder."""
-  if not str(hf_checkpoint):
-    raise ConfigError("--hf_checkpoint is empty; pass the folder of a Hugging Face model "
-                      "(config.json, *.safetensors, tokenizer.json), or leave it unset.")
+  disk.check_folder_flag("hf_checkpoint", hf_checkpoint, "pass the folder of a Hugging Face "
+                         "model (config.json, *.safetensors, tokenizer.json), or leave it unset")
   folder = pathlib.Path(hf_checkpoint)
   if not folder.is_dir():
     raise ConfigError(f"--hf_checkpoint={hf_checkpoint} is not a folder: pass the folder of a "

@@ -65,6 +65,16 @@ def test_cli_empty_workdir_is_refused_like_the_other_commands(tmp_path):
   assert not list(tmp_path.iterdir())                          # no runs/kna_rope
 
 
+def test_cli_whitespace_workdir_is_refused(tmp_path):
+  """`--workdir " "` trained into a folder named by a space."""
+  code, output = cli("train.py", "--config=kna_rope", "--workdir", " ", cwd=tmp_path)
+  assert code == 1 and "Traceback" not in output
+  assert output.strip().splitlines()[-1] == (
+      "error: --workdir=' ' is only whitespace (it would name a folder called ' '); pass a "
+      "folder, or leave it unset for its default.")
+  assert not list(tmp_path.iterdir())
+
+
 def test_a_full_disk_under_the_write_probe_leaves_no_probe_file(tmp_path, monkeypatch):
   """The probe's file is made, then its bytes do not fit: it was left behind, 0 bytes."""
   real_open = pathlib.Path.open
