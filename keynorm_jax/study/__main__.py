@@ -54,7 +54,7 @@ _KEEP_RUNS = flags.DEFINE_bool("keep_runs", False, "Keep each run's workdir (che
 
 def selected_runs(entries, keys, shard: str) -> list:
   """The planned entries named by --runs (all when unset) in --shard; ConfigError for an empty
-  --runs, a key the plan does not have, or a bad --shard."""
+  --runs, a key the plan does not have, or a bad --shard or one that holds no run."""
   if keys is not None:
     if not keys:
       raise ConfigError("--runs is empty; name run keys (<label>__seed<N>, comma-separated), or "
@@ -66,9 +66,15 @@ def selected_runs(entries, keys, shard: str) -> list:
                         f"<label>__seed<N>, e.g. {entries[0].key} (keynorm_jax/study/plan.py).")
     entries = [e for e in entries if e.key in keys]
   try:
-    return plan.shard_of(entries, shard)
+    chosen = plan.shard_of(entries, shard)
   except ValueError as e:
     raise ConfigError(str(e)) from None
+  if not chosen:  # i >= the number of runs: "done" with no run, rc 0, was said before
+    count = len(entries)
+    raise ConfigError(f"--shard={shard} holds no run: {count} run(s) are selected, so only "
+                      f"shards i < {count} hold one; split them into at most {count} shards "
+                      f"(--shard=0/{count} .. --shard={count - 1}/{count}).")
+  return chosen
 
 
 def check_options(*, max_runs: int, runs_dir: str, results) -> None:

@@ -94,6 +94,7 @@ BAD = [
     ("study", ["--runs="], "--runs"),
     ("study", ["--max_runs=-1"], "--max_runs"),
     ("study", ["--shard=2/2"], "--shard"),
+    ("study", ["--plan=preregistered", "--shard=999/1000"], "--shard"),   # an empty shard
     ("study", ["--data_dir={file}"], "--data_dir"),
     ("export", ["--workdir={case}/runs"], "--workdir"),           # no run there
 ]
