@@ -191,6 +191,31 @@ def rope_scaling(folder, hf) -> tuple[float, dict]:
   return float(theta), out
 
 
+def one_x(folder, raw: dict, max_positions: int,
+          train_length: int | None = None) -> tuple[int, str]:
+  """(the model's 1x, the length an evaluation's multiples count from, and where it comes from):
+  train_length where given (eval.py --hf_train_length), else its original pretraining length,
+  original_max_position_embeddings of its rope parameters (Llama 3.1: 8192, extended to 131072),
+  else max_position_embeddings (max_positions: as transformers reads it). ConfigError for a given
+  length below 1 or an original_max_position_embeddings that is not a positive integer."""
+  if train_length is not None:
+    if not _positive_int(train_length):
+      raise ConfigError(f"--hf_train_length must be a positive number of tokens (the model's 1x), "
+                        f"got {train_length}; or leave it unset for the folder's own.")
+    return train_length, "--hf_train_length"
+  for key in ("rope_parameters", "rope_scaling"):
+    block = raw.get(key)
+    if isinstance(block, dict) and block.get("original_max_position_embeddings") is not None:
+      original = block["original_max_position_embeddings"]
+      if not _positive_int(original):
+        refuse(folder, f"config.json's {key}.original_max_position_embeddings must be a positive "
+                       f"integer, found {original!r}")
+      return original, f"original_max_position_embeddings of config.json's {key}"
+  given = "" if "max_position_embeddings" in raw else " (transformers' default: it gives none)"
+  return max_positions, (f"max_position_embeddings of config.json{given}; its rope parameters "
+                         f"give no original_max_position_embeddings")
+
+
 def eos_token_id(folder, raw: dict, vocab_size: int) -> int:
   """config.json's eos_token_id (the first, where it lists several): the document separator."""
   eos = raw.get("eos_token_id")

@@ -79,6 +79,11 @@ BAD = [
     ("eval", ["--workdir="], "--workdir"),
     ("eval", ["--output="], "--output"),
     ("eval", ["--workdir= "], "--workdir"),                      # a folder named by a space
+    ("eval", ["--length=0"], "--length"),
+    ("eval", ["--lengths=512,-1"], "--lengths"),
+    ("eval", ["--hf_train_length=4096"], "--hf_train_length"),   # without --hf_checkpoint
+    ("eval", ["--hf_dtype=bfloat16", "--data_dir=x"], "--hf_dtype, --data_dir"),
+    ("eval", ["--hf_checkpoint={file}"], "--workdir"),   # with --output too: nothing reads it
     ("eval", ["--output=  "], "--output"),
     ("reproduce", ["--num_train_steps=-5"], "--num_train_steps"),
     ("reproduce", ["--runs_dir={file}"], "--runs_dir"),
