@@ -18,6 +18,7 @@ from keynorm_jax.data.retrieval import tasks as retrieval_tasks
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.outputs import MANIFEST
+from keynorm_jax.evaluation.result_sets import check_set
 from keynorm_jax.evaluation.evaluate import evaluate_run, evaluation_lengths, held_out_tokens
 from keynorm_jax.evaluation.lengths import check_lengths, check_text_supplies
 from keynorm_jax.evaluation.report import accuracy_caption, markdown_table, write_results
@@ -277,6 +278,7 @@ def _evaluate_runs(source, request, output, echo, stop):
     paths = write_results(records, output, meta=meta,
                           diagnostics=found_diagnostics if request.diagnostics else None,
                           retrieval=retrieval)
+    check_set(output)  # what it says it wrote is one whole set (result_sets.py)
     echo("Wrote " + ", ".join(str(p) for p in paths.values()))
     safe_point(f"after the results were written in full to {output} (one set: "
                f"{output}/{MANIFEST}); nothing is left to do.")

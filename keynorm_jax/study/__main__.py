@@ -16,8 +16,6 @@ from keynorm_jax.training import preemption  # pylint: disable=g-bad-import-orde
 if __name__ == "__main__":  # (not when a test imports this file)
   preemption.install()
 
-import json
-
 from absl import app, flags, logging
 
 from keynorm_jax import cli
@@ -26,7 +24,7 @@ from keynorm_jax.errors import ConfigError
 from keynorm_jax.storage import disk
 from keynorm_jax.study import plan
 from keynorm_jax.study.provenance import provenance
-from keynorm_jax.study.records import RESULTS_ROOT, RecordStore
+from keynorm_jax.study.records import RESULTS_ROOT, RecordStore, reproduction_record
 from keynorm_jax.study.report import write_report
 from keynorm_jax.study.results_page import update_page
 from keynorm_jax.study.session import run_plan
@@ -126,15 +124,8 @@ def main(argv):
   print(f"Report: {page}")
   if study == "field" and _RESULTS.value is None:
     results_page = RESULTS_ROOT.parent / "RESULTS.md"
-    if update_page(records, reproduction_record(), results_page):
+    if update_page(records, cli.run_or_exit(reproduction_record), results_page):
       print(f"Updated the generated tables of {results_page}")
-
-
-def reproduction_record():
-  """The reproduction's results (results/cpu/results.json), whose seed variants Table 1 shows
-  beside the field's, or None."""
-  path = RESULTS_ROOT / "cpu" / "results.json"
-  return json.loads(path.read_text()) if path.is_file() else None
 
 
 if __name__ == "__main__":
