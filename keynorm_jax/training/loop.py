@@ -227,6 +227,11 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
   if saved is not None:
     config_changes.resume_changes(saved.config_dict, saved.history, user_config,
                                   config.to_dict(), allow_config_change, workdir)
+  if checkpoints.directory.is_dir():  # (else the first save makes it, in the workdir just probed)
+    # a read-only checkpoints/ was found only at the first save, steps into the run
+    disk.ensure_writable(checkpoints.directory, what="the checkpoint folder",
+                         fix="make it writable (or pass another --workdir) and run the same "
+                             "command again")
 
   group = seed_group.is_group(config)
   seeds = seed_group.member_seeds(config)  # [config.seed] for a single run

@@ -160,3 +160,34 @@ def test_a_file_where_a_folder_is_wanted_is_named_as_such(tmp_path):
   with pytest.raises(disk.DiskError, match=r"^Cannot write to the workdir .*afile: it is a file, "
                                            r"not a folder; choose a writable --workdir\.$"):
     disk.ensure_writable(tmp_path / "afile", what="the workdir", fix="choose a writable --workdir")
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_read_only_checkpoint_folder_is_refused_before_the_first_step(straight_run, tmp_path,
+                                                                       data_dir, monkeypatch,
+                                                                       resumed):
+  """It was found only at the first save, checkpoint_every_steps into the run (10 steps of work
+  lost). Read-only is injected as the EROFS a read-only mount gives (chmod does not stop root);
+  tests/faults/test_disks.py has the real read-only mount."""
+  if resumed:
+    workdir = copy_run(straight_run, tmp_path, drop_steps=[6])
+  else:
+    workdir = tmp_path / "run"
+    (workdir / "checkpoints").mkdir(parents=True)
+  before = losses(workdir)
+  real = disk._probe  # pylint: disable=protected-access
+
+  def probe(folder):
+    if folder.name == "checkpoints":
+      raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+    real(folder)
+
+  monkeypatch.setattr(disk, "_probe", probe)
+  steps = []
+  monkeypatch.setattr(training, "make_train_step", lambda *a: steps.append(1))
+  with pytest.raises(disk.DiskError, match=r"^Cannot write to the checkpoint folder "
+                                           r".*checkpoints \(Read-only file system\); make it "
+                                           r"writable \(or pass another --workdir\) and run the "
+                                           r"same command again\.$"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
+  assert not steps and losses(workdir) == before          # not a step taken, nothing rewritten
