@@ -41,12 +41,8 @@ def auto_batch_size(model_cfg, length: int, num_windows: int, members: int = 1) 
   """
   query_block, key_block = block_sizes(length)
   scores = length * length if query_block is None else query_block * key_block
-  if model_cfg.architecture == "gau":
-    width = sum(model_cfg.gau_parts) + model_cfg.d_model
-  else:
-    width = 3 * model_cfg.heads * model_cfg.head_size + 2 * model_cfg.resolved_mlp_size
   per_window = 4 * (6 * model_cfg.heads * scores                   # score blocks
-                    + 4 * length * width
+                    + 4 * length * model_cfg.token_width
                     + 3 * length * model_cfg.vocab_size)
   by_memory = _EVAL_MEMORY_BUDGET_BYTES // (per_window * members)
   by_tokens = _EVAL_MAX_TOKENS_PER_BATCH // (length * members)

@@ -266,6 +266,14 @@ class ModelConfig:
     return int(8 * math.ceil(width / 8))
 
   @property
+  def token_width(self) -> int:
+    """Floats per token of a layer's widest projections (what its working set grows with): the
+    GAU's W_i parts and d_model; the Transformer's q, k and v and its MLP's hidden pair."""
+    if self.architecture == "gau":
+      return sum(self.gau_parts) + self.d_model
+    return 3 * self.heads * self.head_size + 2 * self.resolved_mlp_size
+
+  @property
   def default_logn_base(self) -> float:
     """n0 of a log n factor: model.logn_base, or (0) half the training length."""
     return self.logn_base or self.train_length / 2
