@@ -104,12 +104,15 @@ def test_refusals_come_before_any_weight_is_read(tmp_path, data_dir, monkeypatch
 @pytest.mark.slow
 def test_eval_py_writes_both_columns_with_the_1x_named(tmp_path, data_dir):
   """The issue's command (with one window per set): --lengths=512,8192 on a folder with
-  max_position_embeddings 4096, exit 0, both lengths in the table with the 1x named; and the
-  same command with --hf_train_length=0 refused in one line before loading."""
-  out = tmp_path / "eval"
+  max_position_embeddings 4096, exit 0, both lengths in the table with the 1x named, and
+  --workdir (which it ignored without a word) said to place the results only; the same command
+  with --hf_train_length=0 refused in one line before loading."""
+  out = tmp_path / "runs" / "hf_tiny_llama_4096" / "eval"
   code, output = cli("eval.py", f"--hf_checkpoint={FOLDER}", "--lengths=512,8192",
-                     "--num_windows=1", f"--output={out}", f"--data_dir={data_dir}")
+                     "--num_windows=1", f"--workdir={tmp_path / 'runs'}", f"--data_dir={data_dir}")
   assert code == 0, output[-3000:]
+  assert (f"Note: --workdir={tmp_path / 'runs'} with --hf_checkpoint holds no run to evaluate; it "
+          f"places the results only: {out} (--output to choose).") in output.splitlines()
   assert "| run | scaling | 512 repeated | 512 non_repeated | 8192 repeated | 8192 non_repeated |" \
       in output
   assert f"1x: tiny_llama_4096 4096 tokens ({FROM_MAX})." in (out / "results.md").read_text()
