@@ -8,18 +8,31 @@ Every run under --workdir (default runs/; or one run's folder) is restored from 
 with its weights unchanged and scored on the "repeated" and "non_repeated" held-out sets at its
 training length and at --length (or each of --lengths), for each inference-time method (--methods).
 The methods and their knobs come from keynorm_jax.positions' registry. `--hf_checkpoint=DIR` evaluates
-a local Hugging Face model of the Llama family the same way instead (keynorm_jax/huggingface/).
+a local Hugging Face model of the Llama family the same way instead (keynorm_jax/huggingface/), at
+--lengths only, below or above its max_position_embeddings, against its 1x: its pretraining length
+(original_max_position_embeddings of its rope parameters, else max_position_embeddings), or
+--hf_train_length.
+SIGTERM or Ctrl-C stops at the next safe point (before each run, each scoring and the files) with
+one line and exit code 75; nothing is left half-written (the files are written all at once, at the
+end); a second signal stops at once.
 """
 
-import sys
+# First of all, before the imports that take seconds: a signal from now on requests a stop.
+from keynorm_jax.training import preemption  # pylint: disable=g-bad-import-order
+if __name__ == "__main__":  # (not when a test imports this file)
+  preemption.install()
 
-from absl import app, flags, logging
+import sys  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from keynorm_jax.data.retrieval import DEFAULT_DEPTHS
 from keynorm_jax import cli
 from keynorm_jax.attention import KERNEL_NAMES
+from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.command import (EvalRequest, check_eval_options, check_tasks,
-                                            evaluate_runs, make_columns)
+                                            check_text, evaluate_runs, make_columns)
+from keynorm_jax.evaluation.evaluate import held_out_tokens
 from keynorm_jax.huggingface.run import folder_source
 from keynorm_jax.positions import INFERENCE_METHODS
 from keynorm_jax.positions.registry import knob_help
@@ -73,6 +86,11 @@ _HF_DTYPE = flags.DEFINE_enum("hf_dtype", "auto", ("auto", "float32", "bfloat16"
                               "float32 otherwise.")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "With --hf_checkpoint: the TFDS data dir of the "
                                 "held-out text (\"\" = the TFDS default).")
+_HF_TRAIN_LENGTH = flags.DEFINE_integer(
+    "hf_train_length", None, "With --hf_checkpoint: the model's 1x, the length the multiples, the "
+    "inference-time methods and the repeated set count from (default: its pretraining length, "
+    "original_max_position_embeddings of its rope parameters, else max_position_embeddings).")
+_HF_ONLY = ("hf_dtype", "data_dir", "hf_train_length")  # flags that mean nothing without it
 _DIAGNOSTICS = flags.DEFINE_bool("diagnostics", False, "Also record key-norm spread and "
                                  "attention entropy per layer.")
 
@@ -82,15 +100,39 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  # Bad options, no runs, an unwritable output folder or files: `error: <message>`, one line.
-  records, failures, _ = cli.run_or_exit(_evaluate, name_type=False)
+  # Bad options, no runs, an unwritable output folder or files: `error: <message>`, one line; a
+  # signal: its line and exit code 75.
+  records, failures, _ = cli.run_or_exit(_evaluate)
+  cli.run_or_exit(lambda: preemption.check(_AFTER))  # the last moment: never an exit 0 after one
   if failures or not records:
     sys.exit(1)
+
+
+_BEFORE = "before any work: nothing was read or written. Run the same command again to evaluate."
+_AFTER = "at the end: the evaluation is complete, as said above."
+
+
+def check_hf_flags(hf_checkpoint, present) -> None:
+  """ConfigError for a flag of --hf_checkpoint's given without it (it would be ignored), and for
+  --workdir given with both --hf_checkpoint and --output (then nothing reads it). present: the
+  names of the flags given."""
+  if hf_checkpoint is None:
+    given = [f"--{name}" for name in _HF_ONLY if name in present]
+    if given:
+      raise ConfigError(f"{', '.join(given)} applies to --hf_checkpoint's folder only (our runs' "
+                        f"1x is their training length, their text and dtype their own); pass "
+                        f"--hf_checkpoint, or leave {', '.join(given)} unset.")
+  elif "workdir" in present and "output" in present:
+    raise ConfigError("--workdir with --hf_checkpoint and --output: nothing reads it (the folder "
+                      "is the run, --output the results' place); leave --workdir unset.")
 
 
 def _evaluate():
   """Checks every option, then evaluates: evaluate_runs' (records, failures, paths) of the runs
   under --workdir or of --hf_checkpoint's folder."""
+  preemption.check(_BEFORE)
+  present = {name for name in flags.FLAGS if flags.FLAGS[name].present}
+  check_hf_flags(_HF_CHECKPOINT.value, present)
   check_eval_options(factor=_KNOBS["factor"].value, batch_size=_BATCH_SIZE.value,
                      num_prompts=_NUM_PROMPTS.value, num_windows=_NUM_WINDOWS.value,
                      repeat_period=_REPEAT_PERIOD.value, workdir=_WORKDIR.value,
@@ -105,11 +147,17 @@ def _evaluate():
       batch_size=_BATCH_SIZE.value, tasks=tasks, depths=depths, num_prompts=_NUM_PROMPTS.value,
       repeat_period=_REPEAT_PERIOD.value, kernel=_KERNEL.value, diagnostics=_DIAGNOSTICS.value)
   if _HF_CHECKPOINT.value is not None:
-    source = folder_source(_HF_CHECKPOINT.value, _WORKDIR.value, data_dir=_DATA_DIR.value,
-                           dtype=_HF_DTYPE.value)
+    source = folder_source(
+        _HF_CHECKPOINT.value, _WORKDIR.value, data_dir=_DATA_DIR.value, dtype=_HF_DTYPE.value,
+        train_length=_HF_TRAIN_LENGTH.value,  # the asked lengths' text, before any weight is read:
+        check=lambda config: check_text(held_out_tokens(config), request.lengths, request))
+    if "workdir" in present:  # it only places the results
+      print(f"Note: --workdir={_WORKDIR.value} with --hf_checkpoint holds no run to evaluate; it "
+            f"places the results only: {source.default_output} (--output to choose).", flush=True)
   else:
     source = workdir_source(_WORKDIR.value, trust_unverified=_TRUST_UNVERIFIED.value)
-  return evaluate_runs(source, request, output=_OUTPUT.value)
+  preemption.check(_BEFORE.replace("nothing was read", "nothing was evaluated"))
+  return evaluate_runs(source, request, output=_OUTPUT.value, stop=preemption.check)
 
 
 if __name__ == "__main__":

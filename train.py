@@ -74,7 +74,7 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
   logging.get_absl_handler().addFilter(_NoOrbaxTracebacks())
-  cli.run_or_exit(lambda: cli.check_folder_flags(workdir=_WORKDIR.value), name_type=False)
+  cli.run_or_exit(lambda: cli.check_folder_flags(workdir=_WORKDIR.value))
   if _MULTIHOST.value:
     preemption.uninstall()  # JAX's preemption service takes SIGTERM (preemption.py)
     from keynorm_jax.training import sharding  # pylint: disable=g-import-not-at-top

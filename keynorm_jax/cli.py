@@ -4,24 +4,24 @@ errors a run ends on."""
 import sys
 
 from keynorm_jax.errors import ConfigError, KeynormError
+from keynorm_jax.storage import disk
 from keynorm_jax.training.preemption import Preempted
 
 # The errors the user can cause and fix (config, data, checkpoints, NaN, disk, lock): one line.
 USER_ERRORS = (KeynormError, ValueError, RuntimeError, FloatingPointError)
 
 
-def run_or_exit(work, *, name_type: bool = True):
+def run_or_exit(work):
   """Returns work(); a preempted run prints its line and exits with its code (75), the user's
-  errors exit with `error: <type>: <message>` (`error: <message>` without name_type: for the
-  refusals of bad options, whose message names the flag), and anything else (a bug) keeps its
-  traceback."""
+  errors exit with `error: <message>` (every command alike: the message names what is wrong and
+  what to do), and anything else (a bug) keeps its traceback."""
   try:
     return work()
   except Preempted as e:
     print(e, file=sys.stderr, flush=True)
     sys.exit(e.exit_code)
   except USER_ERRORS as e:
-    sys.exit(f"error: {type(e).__name__}: {e}" if name_type else f"error: {e}")
+    sys.exit(f"error: {e}")
 
 
 def refuse_arguments(argv) -> None:
@@ -31,10 +31,9 @@ def refuse_arguments(argv) -> None:
 
 
 def check_folder_flags(**folders) -> None:
-  """ConfigError for a folder flag given empty (--name=), which would otherwise mean "here"."""
+  """ConfigError for a folder flag given empty or as whitespace only (disk.check_folder_flag)."""
   for name, value in folders.items():
-    if value == "":
-      raise ConfigError(f"--{name} is empty; pass a folder, or leave it unset for its default.")
+    disk.check_folder_flag(name, value)
 
 
 def numbers(name: str, values, kind, default):

@@ -92,7 +92,11 @@ FIELDS = {
     "grad_clip_norm": Field(float, low=0.0, low_open=True,
                             meaning="the global gradient norm gradients are clipped to"),
     "seed": _count(low=0),
-    "num_seeds": _count(meaning="seeds trained together as one group: seed, seed + 1, ..."),
+    # At most 64: each member is a TensorBoard folder (tensorboard/seed_<s>/) and a row of
+    # metrics.jsonl per logged step; more seeds train as several groups (--config.seed moves on).
+    "num_seeds": Field(int, low=1, high=64, meaning="seeds trained together as one group: seed, "
+                       "seed + 1, ..., each with a TensorBoard folder of its own; more train as "
+                       "several groups"),
     "num_devices": _count(low=0, meaning="0 = every device"),
     "fsdp": _count(meaning="devices sharing each parameter array"),
     "log_every_steps": _count(),

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+from keynorm_jax.data.corpora import DataError
 from keynorm_jax.data.eval_sets import eval_windows
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.command import EvalRequest, evaluate_runs, make_columns
@@ -145,10 +146,17 @@ def test_a_checkpoint_from_before_a_setting_existed_loads_with_its_default(runs,
       runs / "kna_rope", tmp_path / "new")[0][0]["accuracy"]
 
 
-def test_length_the_data_cannot_fill_is_reported(runs, tmp_path):
-  records, failures, _ = _evaluate(runs / "kna_rope", tmp_path, lengths=[2_000_000])
-  assert not records
-  assert "largest length is" in failures["kna_rope"]
+def test_a_length_the_data_cannot_fill_is_refused_before_any_scoring(runs, tmp_path):
+  """`--length=2000000` scored the 64-token columns before it refused: the lengths are checked
+  against the held-out text before any scoring, and the evaluation writes nothing."""
+  lines = []
+  with pytest.raises(DataError, match=r"cannot supply 4 windows of 2000000 tokens.*largest length "
+                                      r"is \d+\. Lower --num_windows or --length"):
+    evaluate_runs(workdir_source(runs / "kna_rope", warn=QUIET),
+                  EvalRequest(lengths=[64, 2_000_000], columns=make_columns(["none"]),
+                              num_windows=4), output=tmp_path / "out", echo=lines.append)
+  assert not [line for line in lines if "evaluating" in line], lines     # nothing scored
+  assert not (tmp_path / "out").exists()
 
 
 def _eval_cli(*args):
@@ -166,13 +174,30 @@ def test_cli_prints_table_and_writes_files(runs, tmp_path):
   assert (tmp_path / "results.json").exists()
 
 
-def test_bad_input_is_refused_with_its_reason(runs, tmp_path):
-  # In-process (the command line's one-line path: test_cli_without_checkpoints).
-  records, failures, _ = _evaluate(runs / "kna_rope", tmp_path / "out", lengths=[16])
-  assert not records    # the run's failure (eval.py then exits 1), other runs would go on
-  assert "shorter than kna_rope's training length 32" in failures["kna_rope"]
+def test_a_length_below_the_training_length_is_evaluated(runs, tmp_path):
+  """It was refused ("shorter than kna_rope's training length 32"): at 16 tokens the non-repeated
+  set is scored, and the repeated set, whose period (the training length) is longer, is n/a with
+  its reason and fix."""
+  records, failures, paths = _evaluate(runs / "kna_rope", tmp_path / "out", lengths=[16])
+  assert not failures
+  found = {(r["length"], r["set"]): r for r in records}
+  assert sorted(found) == [(16, "non_repeated"), (16, "repeated"), (32, "non_repeated"),
+                           (32, "repeated")]
+  assert 0 <= found[16, "non_repeated"]["accuracy"] <= 1
+  assert found[16, "non_repeated"]["accuracy_beyond_train"] is None
+  assert found[16, "repeated"]["accuracy"] is None
+  assert found[16, "repeated"]["not_applicable"] == (
+      "the repeated set tiles a period of 32 tokens, longer than 16; pass --repeat_period <= 16 "
+      "to score it there")
+  assert all(r["one_x"] == "the training length" and r["train_length"] == 32 for r in records)
+  table = paths["results.md"].read_text()
+  assert "1x: kna_rope 32 tokens (the training length)." in table
+  assert "| kna_rope | none | n/a |" in table and "n/a: not applicable (the repeated set" in table
   with pytest.raises(ConfigError, match="Unknown --methods longrope"):
     make_columns(["ntk", "longrope"])
+  with pytest.raises(ConfigError, match=r"--length/--lengths takes positive numbers of tokens, got "
+                                        r"0, -5"):
+    EvalRequest(lengths=[64, 0, -5], columns=make_columns(["none"]))
 
 
 def test_cli_without_checkpoints(tmp_path):
@@ -197,3 +222,28 @@ def test_another_kernel_gives_the_same_numbers(runs, tmp_path, monkeypatch):
     assert (a["length"], a["set"]) == (b["length"], b["set"])
     assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1e-6)
     assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+
+
+def test_retrieval_skips_the_lengths_a_prompt_does_not_fit_and_scores_the_rest(runs, tmp_path):
+  """A run trained at 32 tokens, below any prompt (passkey 167, mqar 176): every passkey
+  evaluation failed ("Length 32 is shorter than a passkey prompt needs") even at a length that
+  fits. Each task is skipped where its prompt does not fit, with one line, and scored elsewhere."""
+  lines = []
+  request = EvalRequest(lengths=[170], columns=make_columns(["none"]), tasks=["passkey", "mqar"],
+                        depths=[0.5], num_prompts=1)
+  records, failures, paths = evaluate_runs(workdir_source(runs / "kna_rope", warn=QUIET), request,
+                                           output=tmp_path, echo=lines.append)
+  assert not failures
+  found = {(r["task"], r["length"]): r for r in records}
+  assert sorted(found) == [("mqar", 32), ("mqar", 170), ("passkey", 32), ("passkey", 170)]
+  assert 0 <= found["passkey", 170]["accuracy"] <= 1
+  skipped = [key for key, r in found.items() if r["accuracy"] is None]
+  assert sorted(skipped) == [("mqar", 32), ("mqar", 170), ("passkey", 32)]
+  said = [line.strip() for line in lines if "skipped" in line]
+  assert said == ["evaluating kna_rope L=32 passkey: skipped (a passkey prompt needs at least "
+                  "167 tokens (its needle, 64 tokens of filler, the question and the answer))",
+                  "evaluating kna_rope L=32 mqar: skipped (a mqar prompt needs at least 176 "
+                  "tokens (its needle, 64 tokens of filler, the question and the answer))",
+                  "evaluating kna_rope L=170 mqar: skipped (a mqar prompt needs at least 176 "
+                  "tokens (its needle, 64 tokens of filler, the question and the answer))"]
+  assert "n/a: not applicable (a mqar prompt needs at least 176" in paths["results.md"].read_text()

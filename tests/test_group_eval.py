@@ -152,7 +152,8 @@ def test_the_summary_rows_are_numpys_mean_and_std_over_the_members(evaluated):
 def test_a_single_runs_records_keep_their_fields_plus_seed(evaluated):
   (records, _, _), _ = evaluated
   single = [r for r in records if r["run"] == "seed_1"]
-  assert single and all(set(r) == OLD_FIELDS | {"seed"} and r["seed"] == 1 for r in single)
+  assert single and all(set(r) == OLD_FIELDS | {"seed", "one_x"} and r["seed"] == 1
+                        for r in single)     # and where its 1x comes from (issue 69)
 
 
 def test_a_groups_members_share_the_automatic_batch():

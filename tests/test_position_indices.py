@@ -167,3 +167,22 @@ def test_bad_indices_settings_are_refused_in_one_line(changes, words):
 def test_a_range_too_short_for_the_sequence_is_refused():
   with pytest.raises(ValueError, match="max_position 8 is below the sequence length 12"):
     drawn("random_integer", length=12, max_position=8)
+
+
+@pytest.mark.parametrize("position", ["nope", "fox", "cope"])
+def test_indices_that_nothing_reads_are_refused_and_would_change_nothing(position, monkeypatch):
+  """NoPE, FoX and CoPE (without log n or SSMax) read no position: `model.indices=random_float`
+  was accepted and silently ignored. Refused in one line; built past the refusal, the training
+  logits at drawn indices are those at integer indices (what the refusal says); with log n, whose
+  factor is log(position + 1), they differ, and the setting is accepted."""
+  with pytest.raises(ConfigError, match=rf"position='{position}' without log n or SSMax reads no "
+                                        r"position .* Leave model.indices at integer") as raised:
+    dataclasses.replace(CFG, position=position, indices="random_float")
+  assert "\n" not in str(raised.value)
+  with_logn = dataclasses.replace(CFG, position=position, indices="random_float", logn=True)
+  assert np.abs(_logits(with_logn, TOKENS, 1)
+                - _logits(dataclasses.replace(with_logn, indices="integer"), TOKENS, 1)).max() > 0
+  monkeypatch.setattr(ModelConfig, "_reads_indices", lambda *_: True)
+  ignored = dataclasses.replace(CFG, position=position, indices="random_float")
+  np.testing.assert_array_equal(_logits(ignored, TOKENS, 1),
+                                _logits(dataclasses.replace(ignored, indices="integer"), TOKENS, 1))

@@ -146,13 +146,12 @@ def test_no_shortcut_last_64_tokens_do_not_depend_on_the_key(held_out, task_name
         assert np.array_equal(a[context], b[context])
 
 
-def test_lengths_too_short_for_a_prompt_are_refused_before_any_work():
-  retrieval.check_prompt_lengths(["passkey", "mqar"], [176, 4096])
-  with pytest.raises(retrieval.RetrievalError,
-                     match="Length 170 is shorter than a mqar prompt needs: at least 176 tokens"):
-    retrieval.check_prompt_lengths(["passkey", "mqar"], [4096, 170])
-  with pytest.raises(retrieval.RetrievalError, match="a passkey prompt needs: at least 167"):
-    retrieval.check_prompt_lengths(["passkey"], [64])
+def test_the_shortest_length_a_prompt_fits_is_said():
+  assert retrieval.prompt_length("passkey") == 167 and retrieval.prompt_length("mqar") == 176
+  assert retrieval.too_short("mqar", 176, 176) is None
+  assert retrieval.too_short("mqar", 170, 176) == (
+      "a mqar prompt needs at least 176 tokens (its needle, 64 tokens of filler, the question and "
+      "the answer)")
 
 
 def test_keys_uniform():

@@ -16,7 +16,8 @@ import pytest
 from keynorm_jax import config_fields, run_config
 from keynorm_jax.storage import checkpointing
 from keynorm_jax.training import loop as training
-from keynorm_jax.training import preemption, seed_group
+from keynorm_jax.training import memory, preemption, seed_group
+from keynorm_jax.training.optimizer import make_optimizer
 from keynorm_jax.training.metrics_writer import read_metrics
 from train_helpers import checkpoint_steps, copy_run, tiny_config
 from faults.helpers import REPO, cli
@@ -194,16 +195,52 @@ def test_a_member_that_goes_non_finite_stops_the_group_naming_its_seed(tmp_path,
   assert not (tmp_path / "checkpoints").exists()
 
 
-@pytest.mark.parametrize("value, valid", [(0, "an integer >= 1"), (-2, "an integer >= 1"),
-                                          (1.5, "an integer >= 1"), ("two", "an integer >= 1")])
-def test_bad_num_seeds_are_refused_in_one_line(value, valid):
+@pytest.mark.parametrize("value", [0, -2, 1.5, "two", 65, 1000])
+def test_bad_num_seeds_are_refused_in_one_line(value):
+  """1000 was accepted: 1000 TensorBoard folders, whatever the memory."""
   config = run_config.resolve(tiny_config())
   config = type(config)({**config.to_dict(), "num_seeds": value})   # as a saved config holds it
   with pytest.raises(run_config.ConfigError) as refused:
     config_fields.check(config)
   assert str(refused.value) == (f"--config.num_seeds={value!r} is not allowed: num_seeds (seeds "
-                                f"trained together as one group: seed, seed + 1, ...) must be "
-                                f"{valid}.")
+                                f"trained together as one group: seed, seed + 1, ..., each with a "
+                                f"TensorBoard folder of its own; more train as several groups) "
+                                f"must be an integer >= 1 and <= 64.")
+
+
+def test_a_group_beyond_the_devices_memory_is_refused_before_any_work(tmp_path, data_dir,
+                                                                     monkeypatch):
+  """The estimate (training/memory.py) against the devices' memory, here made 8 MiB (a tiny
+  member needs about 2.5): refused in one line naming what fits, before the data is read or the
+  workdir made; where not even one member fits, said so."""
+  capacity = [8 * 2**20]
+  monkeypatch.setattr(memory, "device_memory", lambda devices: (capacity[0], "the test's memory"))
+  monkeypatch.setattr(training, "_tokens", lambda *_: pytest.fail("the data was read"))
+  with pytest.raises(run_config.ConfigError, match=r"^--config.num_seeds=8: a group of 8 needs "
+                                                   r"about \d+\.\d MiB to train \(\d\.\d MiB a "
+                                                   r"member.*more than the test's memory, 8\.0 MiB\. "
+                                                   r"Train at most [1-3] seed\(s\) per group"):
+    training.train_and_evaluate(_group_config(data_dir, num_seeds=8), tmp_path / "run")
+  capacity[0] = 1
+  with pytest.raises(run_config.ConfigError, match=r"one member alone needs about"):
+    training.train_and_evaluate(_group_config(data_dir, num_seeds=8), tmp_path / "run")
+  assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name", ["kna_rope", "transformer_kna_rope"])
+def test_the_memory_estimate_is_near_xlas_own(name):
+  """memory.member_bytes against XLA's memory analysis of the compiled train step of one member
+  (its state, and temporaries: gradients and activations), within a factor of 2."""
+  config = run_config.resolve(tiny_config(name))
+  model, tx = run_config.build_model(config), make_optimizer(config)
+  state = jax.eval_shape(lambda: training.init_state(model, tx, 0, config.train_length))
+  step = jax.jit(training.make_train_step(model, tx, jax.random.PRNGKey(1)))
+  batch = jax.ShapeDtypeStruct((config.batch_size, config.train_length + 1), np.int32)
+  analysis = step.lower(state, batch).compile().memory_analysis()
+  xla = analysis.argument_size_in_bytes + analysis.temp_size_in_bytes
+  estimate = memory.member_bytes(run_config.model_config(config), state,
+                                 batch_size=config.batch_size, train_length=config.train_length)
+  assert xla / 2 < estimate < 2 * xla, (estimate, xla)
 
 
 def test_num_seeds_0_is_refused_before_training(tmp_path, data_dir):

@@ -17,7 +17,10 @@ from keynorm_jax.data.retrieval import DEFAULT_DEPTHS
 from keynorm_jax.data.retrieval import tasks as retrieval_tasks
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
-from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
+from keynorm_jax.evaluation.outputs import MANIFEST
+from keynorm_jax.evaluation.result_sets import check_set
+from keynorm_jax.evaluation.evaluate import evaluate_run, evaluation_lengths, held_out_tokens
+from keynorm_jax.evaluation.lengths import check_lengths, check_text_supplies
 from keynorm_jax.evaluation.report import accuracy_caption, markdown_table, write_results
 from keynorm_jax.evaluation.retrieval import NEXT_TOKEN, check_depths, evaluate_retrieval
 from keynorm_jax.evaluation.retrieval_report import retrieval_caption, retrieval_table
@@ -56,12 +59,10 @@ def check_eval_options(*, factor=None, batch_size=0, num_prompts=1, num_windows=
                        repeat_period=None, workdir="runs", output=None):
   """ConfigError for an option that cannot be meant: --factor, --batch_size, --num_prompts,
   --num_windows, --repeat_period, or an empty --workdir or --output."""
-  if not str(workdir or ""):
-    raise ConfigError("--workdir is empty; pass a run's folder or a folder of runs (default "
-                      "runs).")
-  if output is not None and not str(output):
-    raise ConfigError("--output is empty; pass a folder for the results, or leave it unset for "
-                      "<workdir>/eval.")
+  disk.check_folder_flag("workdir", workdir or "", "pass a run's folder or a folder of runs "
+                         "(default runs)")
+  disk.check_folder_flag("output", output, "pass a folder for the results, or leave it unset for "
+                         "<workdir>/eval")
   if num_windows < 1:
     raise ConfigError(f"--num_windows must be at least 1 (windows per set), got {num_windows}.")
   if repeat_period is not None and repeat_period < 1:
@@ -126,6 +127,7 @@ class EvalRequest:
 
   def __post_init__(self):
     # (--factor: checked in the columns, when they are made)
+    check_lengths(self.lengths)
     check_eval_options(batch_size=self.batch_size, num_prompts=self.num_prompts,
                        num_windows=self.num_windows, repeat_period=self.repeat_period)
     if self.kernel is not None:
@@ -136,7 +138,25 @@ class EvalRequest:
     object.__setattr__(self, "depths", check_depths(self.depths))
 
 
-def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=print):
+def check_text(tokens, lengths, request: EvalRequest) -> None:
+  """DataError where the held-out text `tokens` cannot supply one of `lengths` (a run's:
+  evaluate.evaluation_lengths) for the request's tasks: before any scoring."""
+  check_text_supplies(len(tokens), lengths,
+                      num_windows=request.num_windows if NEXT_TOKEN in request.tasks else None,
+                      prompts=any(t != NEXT_TOKEN for t in request.tasks))
+
+
+class _Abort(BaseException):
+  """Carries an error that ends the whole evaluation (a stop, a refusal of the asked lengths) past
+  the handler that keeps a failed run from stopping the others."""
+
+  def __init__(self, error: BaseException):
+    super().__init__(str(error))
+    self.error = error
+
+
+def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=print,
+                  stop=None):
   """Evaluates every run of `source` (runs/source.py: our workdir's runs, or a Hugging Face
   folder's) on `request`; returns (records, failures, paths), records being the next-token records
   followed by the retrieval records: one per seed (a seed group's members, runs/loading.py, each
@@ -145,21 +165,53 @@ def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=
 
   output: the results folder, default the source's (<workdir>/eval for our runs).
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
-  stop the others. The output folder is checked to be writable before any work; the tables are
-  printed before the files are written, all or nothing (report.write_results: OutputError says
-  what was and was not written).
+  stop the others; lengths the held-out text cannot supply are that run's failure before any of
+  its scoring, and the whole evaluation's refusal (raised) before any scoring at all. The output
+  folder is checked to be writable before any work; the tables are printed before the files are
+  written, all or nothing (report.write_results: OutputError says what was and was not written).
+  stop: called at each safe point (before each run, each scoring, and the files, and after the
+    files) with what was done, as the end of a sentence; it raises to stop the evaluation (eval.py:
+    training.preemption.check), and what it raises is never taken for a run's failure. A stop
+    leaves no file and no folder the evaluation made.
   """
   check_eval_options(output=output)
+  output = pathlib.Path(output) if output else source.default_output
+  made = disk.missing_folders(output)
+  disk.ensure_writable(output, what="the eval output folder", fix="pass a writable --output")
+  try:
+    found = _evaluate_runs(source, request, output, echo, stop or (lambda _: None))
+  except _Abort as abort:
+    disk.remove_empty(made)  # nothing was written
+    raise abort.error from None
+  except BaseException:
+    disk.remove_empty(made)
+    raise
+  if not found[2]:
+    disk.remove_empty(made)  # made by the writability check, and nothing to put in it
+  return found
+
+
+_NOTHING = ("nothing was written (the results are written all at once, at the end). Run the same "
+            "command again to evaluate.")
+
+
+def _evaluate_runs(source, request, output, echo, stop):
+  """evaluate_runs' work, once the output folder is made: _Abort ends it."""
   tasks, depths, lengths, columns = request.tasks, request.depths, request.lengths, request.columns
   retrieval_names = [t for t in tasks if t != NEXT_TOKEN]
   loaders = source.runs
-  output = pathlib.Path(output) if output else source.default_output
-  output_existed = output.is_dir()
-  disk.ensure_writable(output, what="the eval output folder", fix="pass a writable --output")
   records, retrieval, failures, found_diagnostics = [], [], {}, {}
   tokens_by_data = {}
   started = time.perf_counter()
+
+  def safe_point(what):
+    try:
+      stop(what)
+    except BaseException as e:  # pylint: disable=broad-except
+      raise _Abort(e) from None
+
   for index, (name, load) in enumerate(loaders, 1):
+    safe_point(f"before evaluating {name} (run {index} of {len(loaders)}): {_NOTHING}")
     try:
       run = load()
       if request.kernel is not None:
@@ -168,12 +220,22 @@ def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=
       if key not in tokens_by_data:
         tokens_by_data[key] = held_out_tokens(run.config)
       tokens = tokens_by_data[key]
+      try:
+        check_text(tokens, evaluation_lengths(run, lengths, source.at_train_length), request)
+      except ValueError as e:  # the asked lengths' fault: before any scoring, the command's
+        if not (records or retrieval or found_diagnostics):
+          raise _Abort(e) from None
+        raise
       group = (f", a seed group of {len(run.seeds)}: seeds {', '.join(map(str, run.seeds))}"
                if run.seeds is not None else "")
-      echo(f"[{index}/{len(loaders)}] {run.name} (step {run.step}, trained at "
-           f"{run.config.train_length}{group})")
-      progress = lambda what: echo(f"  evaluating {what}")
-      if retrieval_names:  # first: it checks its lengths before any work
+      echo(f"[{index}/{len(loaders)}] {run.name} (step {run.step}, 1x = "
+           f"{run.config.train_length} tokens: {run.one_x}{group})")
+
+      def progress(what, name=name):
+        safe_point(f"while evaluating {name} ({what}): {_NOTHING}")
+        echo(f"  evaluating {what}")
+
+      if retrieval_names:
         retrieval += evaluate_retrieval(run, tasks=retrieval_names, lengths=lengths,
                                         columns=columns, num_prompts=request.num_prompts,
                                         depths=depths, batch_size=request.batch_size,
@@ -185,6 +247,7 @@ def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=
                                 tokens=tokens, repeat_period=request.repeat_period,
                                 progress=progress, include_train_length=source.at_train_length)
       if request.diagnostics:  # a seed group's members one after the other, keyed by seed
+        safe_point(f"before the diagnostics of {name}: {_NOTHING}")
         for i, seed in enumerate(run.member_seeds):
           label = run.name if run.seeds is None else f"{run.name} (seed {seed})"
           found_diagnostics[label] = run_diagnostics(run.member(i), lengths=lengths, tokens=tokens)
@@ -203,6 +266,7 @@ def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=
     echo(f"Not evaluated: {', '.join(failures)} (the reasons are above).")
   paths = {}
   if records or retrieval:  # printed first: a disk that cannot take the files loses no result
+    safe_point(f"before writing the results: {_NOTHING}")
     meta = {
         "command": " ".join(sys.argv), "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "jax": jax.__version__, "backend": jax.default_backend(),
@@ -214,7 +278,8 @@ def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=
     paths = write_results(records, output, meta=meta,
                           diagnostics=found_diagnostics if request.diagnostics else None,
                           retrieval=retrieval)
+    check_set(output)  # what it says it wrote is one whole set (result_sets.py)
     echo("Wrote " + ", ".join(str(p) for p in paths.values()))
-  elif not output_existed and not any(output.iterdir()):
-    output.rmdir()  # created by the writability check, and nothing to put in it
+    safe_point(f"after the results were written in full to {output} (one set: "
+               f"{output}/{MANIFEST}); nothing is left to do.")
   return records + retrieval, failures, paths

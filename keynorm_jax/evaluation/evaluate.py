@@ -41,12 +41,8 @@ def auto_batch_size(model_cfg, length: int, num_windows: int, members: int = 1) 
   """
   query_block, key_block = block_sizes(length)
   scores = length * length if query_block is None else query_block * key_block
-  if model_cfg.architecture == "gau":
-    width = sum(model_cfg.gau_parts) + model_cfg.d_model
-  else:
-    width = 3 * model_cfg.heads * model_cfg.head_size + 2 * model_cfg.resolved_mlp_size
   per_window = 4 * (6 * model_cfg.heads * scores                   # score blocks
-                    + 4 * length * width
+                    + 4 * length * model_cfg.token_width
                     + 3 * length * model_cfg.vocab_size)
   by_memory = _EVAL_MEMORY_BUDGET_BYTES // (per_window * members)
   by_tokens = _EVAL_MAX_TOKENS_PER_BATCH // (length * members)
@@ -89,22 +85,23 @@ def applicable_columns(model_cfg, columns):
   return kept, skipped
 
 
+def evaluation_lengths(run, lengths, include_train_length) -> list[int]:
+  """The sorted lengths a run is evaluated at: those asked, below or above its 1x (its training
+  length, config.train_length), and the 1x itself where include_train_length."""
+  return sorted({*lengths, *([run.config.train_length] if include_train_length else [])})
+
+
 def evaluation_plan(run, lengths, columns, include_train_length, progress):
   """(model config, the columns that apply, the sorted lengths to evaluate, the length past which
-  the model's positions are not defined or None). ValueError for a length below the training
-  length; each skipped column is told to `progress`."""
-  train_length = run.config.train_length
-  for length in lengths:
-    if length < train_length:
-      raise ValueError(f"Length {length} is shorter than {run.name}'s training length "
-                       f"{train_length}; evaluate at lengths >= {train_length}.")
+  the model's positions are not defined or None); each skipped column is told to `progress`."""
   model_cfg = run_config.model_config(run.config)
   columns, skipped = applicable_columns(model_cfg, columns)
   for label, reason in skipped.items():
     if progress:
       progress(f"{run.name}: {label} skipped ({reason})")
-  lengths = sorted({*lengths, *([train_length] if include_train_length else [])})
-  return model_cfg, columns, lengths, model_cfg.position_method.max_length(train_length)
+  lengths = evaluation_lengths(run, lengths, include_train_length)
+  return model_cfg, columns, lengths, model_cfg.position_method.max_length(
+      run.config.train_length)
 
 
 def record_fields(run, length, column, seed) -> dict:
@@ -113,7 +110,7 @@ def record_fields(run, length, column, seed) -> dict:
   config = run.config
   return {"run": run.name, "seed": seed, "config": config.name, "step": run.step,
           "position": config.model.position,   # as evaluated (runs/: DroPE before its drop)
-          "train_length": config.train_length, "length": length,
+          "train_length": config.train_length, "one_x": run.one_x, "length": length,
           "rope_scaling": column.label, "method": column.record()}
 
 
@@ -149,8 +146,9 @@ def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, bat
   columns: positions.EvalColumn each (inference-time method, post-hoc log n or not).
   progress: optional callable(str) told what is being evaluated.
   repeat_period: the repeated set's period (default train_length); recorded with each result.
-  A length past what the model's positions encode (a learned table) gives records with accuracy
-  None and a `not_applicable` reason, never a clamped result.
+  A length past what the model's positions encode (a learned table), or a repeated set at a
+  length shorter than its period, gives records with accuracy None and a `not_applicable` reason
+  (told to `progress`), never a clamped result.
   A seed group (run.seeds) gives one record per member and cell, in the order of run.seeds, from
   one vmapped pass per batch; `seconds` is that pass's, shared by the members.
   """
@@ -170,13 +168,23 @@ def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, bat
       if progress:
         progress(f"{run.name} L={length}: not applicable ({reason})")
       continue
+    period = repeat_period or train_length
+    sets = [s for s in EVAL_SETS if s != "repeated" or period <= length]
+    if len(sets) < len(EVAL_SETS):
+      reason = (f"the repeated set tiles a period of {period} tokens, longer than {length}; pass "
+                f"--repeat_period <= {length} to score it there")
+      records += [_record(run, seed, length, "repeated", c.at(length, train_length),
+                          repeat_period, accuracy=None, not_applicable=reason)
+                  for c in columns for seed in run.member_seeds]
+      if progress:
+        progress(f"{run.name} L={length} repeated: not applicable ({reason})")
     windows = {s: eval_windows(tokens, kind=s, length=length, count=num_windows,
                                train_length=train_length, period=repeat_period)
-               for s in EVAL_SETS}
+               for s in sets}
     size = batch_size or auto_batch_size(model_cfg, length, num_windows, len(run.member_seeds))
     for column in columns:
       resolved = column.at(length, train_length)
-      for eval_set in EVAL_SETS:
+      for eval_set in sets:
         if progress:
           progress(f"{run.name} L={length} {eval_set} {resolved.label}")
         started = time.perf_counter()

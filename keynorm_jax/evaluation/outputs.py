@@ -13,7 +13,7 @@ A hidden `.written` file lists the set in `sha256sum` format (`cd <folder> && sh
 .written` checks that the files are one set); the next set written into the folder removes the
 files of the previous set it does not rewrite (e.g. an earlier evaluation's retrieval.csv and heat
 maps), so that the folder holds one evaluation's files, never a mix. Files the set never wrote
-are left alone.
+are left alone. Readers check the set before they use it (result_sets.py).
 """
 
 import hashlib
@@ -42,7 +42,8 @@ def temp_path(path: pathlib.Path) -> pathlib.Path:
   return path.with_name(f".{path.name}.{os.getpid()}{PARTIAL}")
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+  """Whether process `pid` exists (another user's counts)."""
   try:
     os.kill(pid, 0)
   except ProcessLookupError:
@@ -56,8 +57,12 @@ def remove_stale_temps(folder: pathlib.Path) -> None:
   """Removes the temporary files that killed processes left in `folder`."""
   for path in folder.glob(f".*{PARTIAL}"):
     pid = path.name[:-len(PARTIAL)].rsplit(".", 1)[-1]
-    if pid.isdigit() and not _alive(int(pid)):
+    if pid.isdigit() and not alive(int(pid)):
       path.unlink(missing_ok=True)
+
+
+def sha256_of(data: bytes) -> str:
+  return hashlib.sha256(data).hexdigest()
 
 
 def _sha256(path: pathlib.Path) -> str:
@@ -92,7 +97,7 @@ def recover(folder) -> None:
   except (OSError, ValueError, KeyError, TypeError):  # cut off before its rename: no set began
     entry, pid = None, None
     journal.unlink(missing_ok=True)
-  if entry is not None and not _alive(pid):
+  if entry is not None and not alive(pid):
     for name, (temp, digest) in files.items():
       temp = folder / temp
       if temp.is_file() and _sha256(temp) == digest:

@@ -21,8 +21,11 @@ from keynorm_jax.evaluation.retrieval_report import (  # pylint: disable=wrong-i
     retrieval_caption, retrieval_table, retrieval_writers)
 from keynorm_jax.evaluation.seed_summary import (  # pylint: disable=wrong-import-position
     cell_key, group_runs, run_label, seed_summaries, spread_caption)
+from keynorm_jax.evaluation.table_notes import (  # pylint: disable=wrong-import-position
+    not_applicable_notes, one_x_caption)
 
-CSV_FIELDS = ("run", "seed", "config", "step", "train_length", "length", "set", "rope_scaling",
+CSV_FIELDS = ("run", "seed", "config", "step", "train_length", "one_x", "length", "set",
+              "rope_scaling",
               "accuracy", "accuracy_stderr", "accuracy_beyond_train", "loss", "tokens", "windows",
               "not_applicable")
 
@@ -51,8 +54,7 @@ def markdown_table(records) -> str:
       else:
         cells.append(_cell(by_key.get((run, scaling, length, s))))
     lines.append("| " + " | ".join([run_label(run, groups), scaling] + cells) + " |")
-  reasons = sorted({r["not_applicable"] for r in records if r.get("not_applicable")})
-  notes = [f"n/a: not applicable ({reason})." for reason in reasons]
+  notes = not_applicable_notes(records)
   return "\n".join(lines + ([""] + notes if notes else []))
 
 
@@ -67,7 +69,8 @@ def _cell(r, value="accuracy", spread="accuracy_stderr") -> str:
 
 def accuracy_caption(records) -> str:
   return ("Next-token accuracy (%), " +
-          spread_caption(records, "± standard error over windows") + ".")
+          spread_caption(records, "± standard error over windows") + ". " +
+          one_x_caption(records))
 
 
 def plot_accuracy_by_position(records, path) -> None:
@@ -159,7 +162,7 @@ def results_writers(records, *, meta, diagnostics=None, retrieval=None) -> dict:
     sections.append(accuracy_caption(records) + "\n\n" + markdown_table(records))
     writers["accuracy_by_position.png"] = lambda path: plot_accuracy_by_position(records, path)
   if retrieval:
-    sections.append(retrieval_caption(retrieval) + ", over every depth.\n\n" +
+    sections.append(retrieval_caption(retrieval, over_depths=True) + "\n\n" +
                     retrieval_table(retrieval))
     writers.update(retrieval_writers(retrieval))
   writers["results.md"] = text_writer("\n\n".join(sections) + "\n")
@@ -178,7 +181,8 @@ def write_csv(records, path) -> None:
     writer.writerows(records)
 
 
-SUMMARY_CSV_FIELDS = ("run", "seeds", "config", "step", "train_length", "length", "set", "task",
+SUMMARY_CSV_FIELDS = ("run", "seeds", "config", "step", "train_length", "one_x", "length", "set",
+                      "task",
                       "rope_scaling", "accuracy_mean", "accuracy_std", "loss_mean", "loss_std",
                       "token_accuracy_mean", "token_accuracy_std", "not_applicable")
 

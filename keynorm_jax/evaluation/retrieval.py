@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
-from keynorm_jax.data.retrieval import (DEFAULT_DEPTHS, RetrievalError, check_prompt_lengths,
-                                        retrieval_prompts, task)
+from keynorm_jax.data.retrieval import (DEFAULT_DEPTHS, RetrievalError, prompt_length,
+                                        retrieval_prompts, task, too_short)
 from keynorm_jax.data.tokenizer import offsets_encoder
 from keynorm_jax.evaluation.evaluate import (auto_batch_size, evaluation_plan, held_out_tokens,
                                              record_fields, run_scorer)
@@ -71,28 +71,33 @@ def evaluate_retrieval(run, *, tasks, lengths, columns, num_prompts: int, depths
                        batch_size: int = 0, tokens=None, progress=None,
                        include_train_length=True):
   """Retrieval records for one trained run (one per task x length x column), each with exact-match
-  and per-token accuracy overall and by depth. Lengths below the training length are refused; a
-  length past what the model's positions encode gives a `not_applicable` record. A seed group
-  (run.seeds) gives a record per member, from one vmapped pass (evaluate.evaluate_run)."""
+  and per-token accuracy overall and by depth. A length past what the model's positions encode,
+  or too short for a task's prompt (skipped for that task and length, told to `progress` in one
+  line), gives a `not_applicable` record. A seed group (run.seeds) gives a record per member,
+  from one vmapped pass (evaluate.evaluate_run)."""
   depths = check_depths(depths)
   config = run.config
   train_length = config.train_length
   model_cfg, columns, lengths, limit = evaluation_plan(run, lengths, columns,
                                                        include_train_length, progress)
   encode = offsets_encoder(config.data)  # the run's tokens: bytes or its tokenizer.json
-  check_prompt_lengths(tasks, lengths, encode)
+  needed = {t: prompt_length(t, encode) for t in tasks}
   tokens = held_out_tokens(config) if tokens is None else tokens
   score = run_scorer(run)
   records = []
   for length in lengths:
+    reasons = {t: too_short(t, length, needed[t]) for t in tasks}
     if limit is not None and length > limit:
-      reason = f"{config.model.position} positions stop at {limit} tokens"
-      records += [_record(run, seed, t, length, c.at(length, train_length), depths,
-                          accuracy=None, not_applicable=reason)
-                  for t in tasks for c in columns for seed in run.member_seeds]
-      continue
+      reasons = {t: f"{config.model.position} positions stop at {limit} tokens" for t in tasks}
+    for t, reason in reasons.items():
+      if reason:
+        records += [_record(run, seed, t, length, c.at(length, train_length), depths,
+                            accuracy=None, not_applicable=reason)
+                    for c in columns for seed in run.member_seeds]
+        if progress:
+          progress(f"{run.name} L={length} {t}: skipped ({reason})")
     prompts = {t: retrieval_prompts(tokens, t, length=length, depths=depths, count=num_prompts,
-                                    encode=encode) for t in tasks}
+                                    encode=encode) for t in tasks if not reasons[t]}
     size = batch_size or auto_batch_size(model_cfg, length, len(depths) * num_prompts,
                                          len(run.member_seeds))
     for column in columns:

@@ -13,8 +13,11 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from keynorm_jax.evaluation.seed_summary import (  # pylint: disable=wrong-import-position
     cell_key, group_runs, run_label, seed_summaries, spread_caption)
+from keynorm_jax.evaluation.table_notes import (  # pylint: disable=wrong-import-position
+    not_applicable_notes, one_x_caption)
 
-CSV_FIELDS = ("run", "seed", "config", "step", "train_length", "task", "length", "rope_scaling",
+CSV_FIELDS = ("run", "seed", "config", "step", "train_length", "one_x", "task", "length",
+              "rope_scaling",
               "depth", "accuracy", "token_accuracy", "prompts", "chance", "not_applicable")
 
 
@@ -22,14 +25,14 @@ def _pct(x):
   return "n/a" if x is None else f"{100 * x:.1f}"
 
 
-def retrieval_caption(records) -> str:
-  """What retrieval_table's cells are."""
+def retrieval_caption(records, over_depths: bool = False) -> str:
+  """What retrieval_table's cells are (over_depths: says they pool every depth)."""
   groups = group_runs(records)
-  caption = "Retrieval: exact match % (per-token %)"
-  if not groups:
-    return caption
-  over = spread_caption([r for r in records if r["run"] in groups], "")
-  return f"{caption}; a seed group's: exact match {over} (per-token: the mean)"
+  caption = "Retrieval: exact match % (per-token %)" + (", over every depth" if over_depths else "")
+  if groups:
+    over = spread_caption([r for r in records if r["run"] in groups], "")
+    caption += f"; a seed group's: exact match {over} (per-token: the mean)"
+  return f"{caption}. {one_x_caption(records)}"
 
 
 def retrieval_table(records) -> str:
@@ -54,7 +57,8 @@ def retrieval_table(records) -> str:
         text = lambda r: f"{_pct(r['accuracy'])} ({_pct(r['token_accuracy'])})"
       cells.append("" if r is None else "n/a" if r.get("not_applicable") else text(r))
     lines.append("| " + " | ".join([run_label(run, groups), method, task_name, *cells]) + " |")
-  return "\n".join(lines)
+  notes = not_applicable_notes(records)
+  return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def write_retrieval_csv(records, path) -> None:

@@ -54,7 +54,8 @@ METADATA = {"architectures", "transformers_version", "_name_or_path", "torch_dty
 
 
 def refuse(folder, reason: str):
-  raise ConfigError(f"{folder} cannot be loaded as this project's Transformer: {reason}.")
+  raise ConfigError(f"{folder} cannot be loaded as this project's Transformer: "
+                    f"{reason.rstrip('.')}.")
 
 
 def read_json(folder: pathlib.Path, name: str = "config.json") -> dict:
@@ -87,6 +88,7 @@ def _check_raw(folder, raw: dict) -> None:
     if (name in SIZES or raw.get(name) is not None) and not _positive_int(raw.get(name)):
       found = "no value" if name not in raw else f"{raw[name]!r} ({type(raw[name]).__name__})"
       refuse(folder, f"config.json's {name} must be a positive integer, found {found}")
+  _check_heads(folder, raw)
   eps = raw.get("rms_norm_eps", 1e-6)
   if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
     refuse(folder, f"config.json's rms_norm_eps must be a positive number, found {eps!r}")
@@ -112,6 +114,27 @@ def _check_raw(folder, raw: dict) -> None:
                    "(remove the key if it does not change the model)")
 
 
+def _check_heads(folder, raw: dict) -> None:
+  """Refuses heads that do not divide what they share, naming the sizes and the fix (transformers
+  says it in a nested error whose first line alone lost the reason)."""
+  heads, hidden = raw["num_attention_heads"], raw["hidden_size"]
+  if raw.get("head_dim") is None and hidden % heads:
+    refuse(folder, f"config.json's hidden_size {hidden} is not a multiple of num_attention_heads "
+                   f"{heads} (without head_dim each head has hidden_size / num_attention_heads "
+                   f"dimensions); set head_dim, or a num_attention_heads that divides hidden_size")
+  kv_heads = raw.get("num_key_value_heads") or heads
+  if heads % kv_heads:
+    refuse(folder, f"config.json's num_attention_heads {heads} is not a multiple of "
+                   f"num_key_value_heads {kv_heads} (each key/value head serves an equal group of "
+                   f"query heads); set num_key_value_heads to a divisor of num_attention_heads")
+
+
+def _error_text(error: Exception) -> str:
+  """An error's message on one line: every line of it (transformers nests the reason under a
+  first line that names only its validator)."""
+  return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
 def _parsed(folder: pathlib.Path):
   """transformers' config object of the folder (offline; its own parsing and defaults)."""
   os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # "PyTorch was not found"
@@ -121,7 +144,7 @@ def _parsed(folder: pathlib.Path):
   except Exception as e:  # pylint: disable=broad-except
     # transformers' own parser of a file from outside: any of its errors means a bad file.
     refuse(folder, f"transformers cannot read its config.json ({type(e).__name__}: "
-                   f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})")
+                   f"{_error_text(e)}); fix the setting it names")
 
 
 def rope_scaling(folder, hf) -> tuple[float, dict]:
@@ -166,6 +189,31 @@ def rope_scaling(folder, hf) -> tuple[float, dict]:
   # dynamic: transformers scales from max_position_embeddings (the training length), whatever
   # original_max_position_embeddings says.
   return float(theta), out
+
+
+def one_x(folder, raw: dict, max_positions: int,
+          train_length: int | None = None) -> tuple[int, str]:
+  """(the model's 1x, the length an evaluation's multiples count from, and where it comes from):
+  train_length where given (eval.py --hf_train_length), else its original pretraining length,
+  original_max_position_embeddings of its rope parameters (Llama 3.1: 8192, extended to 131072),
+  else max_position_embeddings (max_positions: as transformers reads it). ConfigError for a given
+  length below 1 or an original_max_position_embeddings that is not a positive integer."""
+  if train_length is not None:
+    if not _positive_int(train_length):
+      raise ConfigError(f"--hf_train_length must be a positive number of tokens (the model's 1x), "
+                        f"got {train_length}; or leave it unset for the folder's own.")
+    return train_length, "--hf_train_length"
+  for key in ("rope_parameters", "rope_scaling"):
+    block = raw.get(key)
+    if isinstance(block, dict) and block.get("original_max_position_embeddings") is not None:
+      original = block["original_max_position_embeddings"]
+      if not _positive_int(original):
+        refuse(folder, f"config.json's {key}.original_max_position_embeddings must be a positive "
+                       f"integer, found {original!r}")
+      return original, f"original_max_position_embeddings of config.json's {key}"
+  given = "" if "max_position_embeddings" in raw else " (transformers' default: it gives none)"
+  return max_positions, (f"max_position_embeddings of config.json{given}; its rope parameters "
+                         f"give no original_max_position_embeddings")
 
 
 def eos_token_id(folder, raw: dict, vocab_size: int) -> int:

@@ -112,6 +112,11 @@ def check_weights(folder, cfg: ModelConfig, found: dict) -> None:
                      f"({', '.join(FLOAT_DTYPES)}); quantized weights do not load")
 
 
+def check_headers(folder, cfg: ModelConfig) -> None:
+  """check_weights on the headers of the folder's weight files (no tensor data is read)."""
+  check_weights(folder, cfg, _headers(pathlib.Path(folder)))
+
+
 def _read_weights(folder: pathlib.Path, cfg: ModelConfig, dtype: str) -> dict:
   """{name: numpy array in `dtype`} of the expected tensors, checked first (check_weights)."""
   found = _headers(folder)
@@ -133,6 +138,13 @@ def load_llama(folder, dtype: str = "float32") -> tuple[ModelConfig, dict]:
   computation in `dtype` (float32 or bfloat16); ConfigError names what cannot be loaded."""
   folder = pathlib.Path(folder)
   cfg, _ = read_config(folder, dtype)
+  return cfg, read_params(folder, cfg, dtype)
+
+
+def read_params(folder, cfg: ModelConfig, dtype: str = "float32") -> dict:
+  """The parameters of TransformerLM of a folder whose config.json gave `cfg` (read_config), in
+  `dtype`; ConfigError names a weight that cannot be loaded."""
+  folder = pathlib.Path(folder)
   weights = _read_weights(folder, cfg, dtype)
 
   def take(name, transpose=False):
@@ -155,4 +167,4 @@ def load_llama(folder, dtype: str = "float32") -> tuple[ModelConfig, dict]:
         "value": projection("self_attn.v_proj"), "out": linear("self_attn.o_proj"),
         "mlp": {"gate": linear("mlp.gate_proj"), "up": linear("mlp.up_proj"),
                 "down": linear("mlp.down_proj")}}
-  return cfg, params
+  return params

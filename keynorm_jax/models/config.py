@@ -161,6 +161,20 @@ class ModelConfig:
       raise ConfigError(f"model.indices={indices.name!r}: the learned position table has one row "
                         f"per index 0..train_length-1, and these indices are not those; leave "
                         f"model.indices at integer.")
+    if chosen.explicit and not self._reads_indices(method):
+      raise ConfigError(f"model.indices={self.indices!r} changes which position each token has, "
+                        f"and position={self.position!r} without log n or SSMax reads no position "
+                        f"(no rotation, positional bias or embedding): the setting would be "
+                        f"ignored. Leave model.indices at integer, or train a position method that "
+                        f"reads positions (e.g. rope).")
+
+  def _reads_indices(self, method) -> bool:
+    """Whether anything of the model reads its position indices: a rotation, a positional bias
+    or embedding (also in an earlier training phase: DroPE's RoPE), or the query factor of log n
+    or SSMax (log of the position). NoPE, FoX and CoPE alone read none (FoX and CoPE count by the
+    sequence index)."""
+    return bool(method.rotary or method.bias or method.absolute or self.logn or self.ssmax
+                or method.earlier_phase(1) is not None)
 
   def _check_rope_scaling(self, method):
     scaling = self.trained_rope_scaling
@@ -250,6 +264,14 @@ class ModelConfig:
       return self.mlp_size
     width = 8 * self.d_model / 3 if self.mlp == "swiglu" else 4 * self.d_model
     return int(8 * math.ceil(width / 8))
+
+  @property
+  def token_width(self) -> int:
+    """Floats per token of a layer's widest projections (what its working set grows with): the
+    GAU's W_i parts and d_model; the Transformer's q, k and v and its MLP's hidden pair."""
+    if self.architecture == "gau":
+      return sum(self.gau_parts) + self.d_model
+    return 3 * self.heads * self.head_size + 2 * self.resolved_mlp_size
 
   @property
   def default_logn_base(self) -> float:

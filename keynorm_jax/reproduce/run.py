@@ -199,8 +199,7 @@ def main(argv):
   suffix = "" if architecture == "gau" else f"_{architecture}"
   runs_dir = _RUNS.value or f"runs/reproduce_{_SCALE.value}{suffix}"
   output = _OUTPUT.value or f"{runs_dir}/results"
-  cli.run_or_exit(lambda: _check_all(runs_dir=runs_dir, output=output, architecture=architecture),
-                  name_type=False)
+  cli.run_or_exit(lambda: _check_all(runs_dir=runs_dir, output=output, architecture=architecture))
   page = cli.run_or_exit(lambda: reproduce(  # as train.py (preemption: exit 75)
       _SCALE.value, runs_dir=runs_dir, output=output, variants=_VARIANTS.value, steps=_STEPS.value,
       data_dir=_DATA_DIR.value, architecture=architecture))

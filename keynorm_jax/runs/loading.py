@@ -24,13 +24,17 @@ from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, 
 @dataclasses.dataclass
 class TrainedRun:
   """A run's restored parameters. seeds: a seed group's member seeds, in the order of the leading
-  seed axis [N, ...] of every parameter; None for a single run (parameters without that axis)."""
+  seed axis [N, ...] of every parameter; None for a single run (parameters without that axis).
+  one_x: where config.train_length, the model's 1x (the length an evaluation's multiples count
+  from), comes from: our runs' training length; a Hugging Face folder says which setting gave it.
+  """
   name: str
   workdir: pathlib.Path
   config: object  # resolved ml_collections.ConfigDict
   step: int
   params: dict
   seeds: tuple[int, ...] | None = None
+  one_x: str = "the training length"
 
   @property
   def member_seeds(self) -> tuple[int, ...]:

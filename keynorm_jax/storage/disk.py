@@ -10,9 +10,25 @@ import os
 import pathlib
 import uuid
 
+from keynorm_jax.errors import ConfigError
+
 
 class DiskError(RuntimeError):
   """A folder cannot be written, or the disk under it is full; the message says what to do."""
+
+
+def check_folder_flag(name: str, value, fix: str = "pass a folder, or leave it unset for its "
+                                                   "default") -> None:
+  """ConfigError for a folder flag --name given empty (`--name=`, which would mean "here") or as
+  whitespace only (`--name " "`, a folder named by a space); None (not given) passes. fix: what
+  to pass instead."""
+  if value is None:
+    return
+  if str(value) == "":
+    raise ConfigError(f"--{name} is empty; {fix}.")
+  if not str(value).strip():
+    raise ConfigError(f"--{name}={str(value)!r} is only whitespace (it would name a folder "
+                      f"called {str(value)!r}); {fix}.")
 
 
 def _probe(folder: pathlib.Path) -> None:

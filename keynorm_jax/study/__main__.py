@@ -18,8 +18,6 @@ from keynorm_jax.training import preemption  # pylint: disable=g-bad-import-orde
 if __name__ == "__main__":  # (not when a test imports this file)
   preemption.install()
 
-import json
-
 from absl import app, flags, logging
 
 from keynorm_jax import cli
@@ -29,7 +27,7 @@ from keynorm_jax.models.config import DTYPES
 from keynorm_jax.storage import disk
 from keynorm_jax.study import plan
 from keynorm_jax.study.provenance import provenance
-from keynorm_jax.study.records import RESULTS_ROOT, RecordStore
+from keynorm_jax.study.records import RESULTS_ROOT, RecordStore, reproduction_record
 from keynorm_jax.study.report import write_report
 from keynorm_jax.study.results_page import update_page
 from keynorm_jax.study.session import run_plan
@@ -60,8 +58,8 @@ _KEEP_RUNS = flags.DEFINE_bool("keep_runs", False, "Keep each run's workdir (che
 
 def selected_runs(entries, keys, shard: str, dtype: str = plan.DTYPE) -> list:
   """The planned entries in --dtype (plan.in_dtype) named by --runs (all when unset) in --shard;
-  ConfigError for an empty --runs, a key the plan does not have, a bad --shard or a dtype the
-  plan cannot take."""
+  ConfigError for an empty --runs, a key the plan does not have, a bad --shard or one that holds no
+  run, or a dtype the plan cannot take."""
   try:
     entries = plan.in_dtype(entries, dtype)
   except ValueError as e:
@@ -77,9 +75,15 @@ def selected_runs(entries, keys, shard: str, dtype: str = plan.DTYPE) -> list:
                         f"<label>__seed<N>, e.g. {entries[0].key} (keynorm_jax/study/plan.py).")
     entries = [e for e in entries if e.key in keys]
   try:
-    return plan.shard_of(entries, shard)
+    chosen = plan.shard_of(entries, shard)
   except ValueError as e:
     raise ConfigError(str(e)) from None
+  if not chosen:  # i >= the number of runs: "done" with no run, rc 0, was said before
+    count = len(entries)
+    raise ConfigError(f"--shard={shard} holds no run: {count} run(s) are selected, so only "
+                      f"shards i < {count} hold one; split them into at most {count} shards "
+                      f"(--shard=0/{count} .. --shard={count - 1}/{count}).")
+  return chosen
 
 
 def check_options(*, max_runs: int, runs_dir: str, results) -> None:
@@ -117,7 +121,7 @@ def main(argv):
   cli.refuse_arguments(argv)
   logging.set_verbosity(logging.WARNING)
   study = "field" if _SCALE.value == "cpu" else f"field_{_SCALE.value}"
-  store, entries = cli.run_or_exit(lambda: _checked_options(study), name_type=False)
+  store, entries = cli.run_or_exit(lambda: _checked_options(study))
   provenance()  # the code this process runs, read before any run starts
   if not _REPORT_ONLY.value:  # as train.py (preemption: exit 75)
     cli.run_or_exit(lambda: run_plan(entries, store, scale=_SCALE.value, runs_dir=_RUNS_DIR.value,
@@ -131,15 +135,8 @@ def main(argv):
   print(f"Report: {page}")
   if study == "field" and _RESULTS.value is None:
     results_page = RESULTS_ROOT.parent / "RESULTS.md"
-    if update_page(records, reproduction_record(), results_page):
+    if update_page(records, cli.run_or_exit(reproduction_record), results_page):
       print(f"Updated the generated tables of {results_page}")
-
-
-def reproduction_record():
-  """The reproduction's results (results/cpu/results.json), whose seed variants Table 1 shows
-  beside the field's, or None."""
-  path = RESULTS_ROOT / "cpu" / "results.json"
-  return json.loads(path.read_text()) if path.is_file() else None
 
 
 if __name__ == "__main__":

@@ -10,7 +10,16 @@ import os
 import pathlib
 import tempfile
 
+from keynorm_jax.evaluation.result_sets import read_json
+
 RESULTS_ROOT = pathlib.Path(__file__).resolve().parent.parent.parent / "results"
+
+
+def reproduction_record(folder=RESULTS_ROOT / "cpu"):
+  """The reproduction's results (results/cpu/results.json), whose seed variants Table 1 shows
+  beside the field's, or None; checked as one set first (evaluation/result_sets.py: a write cut
+  off between its renames is finished, a set being written or files of two sets refused)."""
+  return read_json(folder) if (pathlib.Path(folder) / "results.json").is_file() else None
 
 
 class RecordStore:

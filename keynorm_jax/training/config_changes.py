@@ -42,7 +42,14 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 
 def check_allowed_names(names) -> None:
-  """ConfigError for a name that cannot be allowed to change (with the nearest allowed name)."""
+  """ConfigError for a name that cannot be allowed to change (with the nearest allowed name), or
+  an empty entry (a doubled, leading or trailing comma in --allow_config_change)."""
+  empty = [i for i, name in enumerate(names, 1) if not str(name).strip()]
+  if empty:
+    raise ConfigError(
+        f"--allow_config_change={','.join(names)}: entry {empty[0]} of {len(names)} is empty (a "
+        f"doubled, leading or trailing comma); name each setting once, comma-separated, e.g. "
+        f"learning_rate,warmup_steps.")
   for name in names:
     if name not in OPTIMIZER_CHANGES:
       close = difflib.get_close_matches(name, OPTIMIZER_CHANGES, n=1)

@@ -25,7 +25,7 @@ from keynorm_jax import run_config
 from keynorm_jax.data import corpora
 from keynorm_jax.storage import disk, workdir_lock
 from keynorm_jax.storage.checkpoint_writer import CheckpointWriter
-from keynorm_jax.training import config_changes, preemption, seed_group, sharding
+from keynorm_jax.training import config_changes, memory, preemption, seed_group, sharding
 from keynorm_jax.storage.checkpointing import (CheckpointError, RunCheckpoints, check_params_match,
                                                finished_steps, state_restore_args)
 from keynorm_jax.data.eval_sets import eval_windows
@@ -149,6 +149,8 @@ def train_and_evaluate(config, workdir, *, stop_after_steps=None, allow_config_c
   mesh = (seed_group.make_mesh(config) if group else
           sharding.make_mesh(config.num_devices, config.fsdp))
   run_config.validate(config, seed_group.batch_devices(mesh) if group else mesh.size)
+  if group:  # before any work: a group that cannot fit is refused in one line
+    _check_group_memory(config, mesh)
   # The data (and the validation windows) are read before the workdir is created, so a data
   # refusal leaves no folder behind (and every process of a multi-host run takes the same steps,
   # whatever each one sees on disk).
@@ -165,6 +167,17 @@ def train_and_evaluate(config, workdir, *, stop_after_steps=None, allow_config_c
   except BaseException:
     _remove_if_unused(workdir, made)
     raise
+
+
+def _check_group_memory(config, mesh) -> None:
+  """ConfigError where the group's estimated training memory exceeds its devices' (memory.py)."""
+  model, tx = run_config.build_model(config), make_optimizer(config)
+  shapes = jax.eval_shape(lambda: init_state(model, tx, config.seed, config.train_length))
+  per_member = memory.member_bytes(run_config.model_config(config), shapes,
+                                   batch_size=config.batch_size,
+                                   train_length=config.train_length)
+  memory.check_group(config.num_seeds, per_member,
+                     memory.device_memory(list(mesh.devices.flat)))
 
 
 _BEFORE_TRAINING = ("before training started: there was nothing new to save. Run the same "
@@ -227,6 +240,11 @@ def _train(config, user_config, checkpoints, mesh, stop_after_steps, allow_confi
   if saved is not None:
     config_changes.resume_changes(saved.config_dict, saved.history, user_config,
                                   config.to_dict(), allow_config_change, workdir)
+  if checkpoints.directory.is_dir():  # (else the first save makes it, in the workdir just probed)
+    # a read-only checkpoints/ was found only at the first save, steps into the run
+    disk.ensure_writable(checkpoints.directory, what="the checkpoint folder",
+                         fix="make it writable (or pass another --workdir) and run the same "
+                             "command again")
 
   group = seed_group.is_group(config)
   seeds = seed_group.member_seeds(config)  # [config.seed] for a single run

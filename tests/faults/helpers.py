@@ -1,6 +1,7 @@
 """What the fault tests share besides train_helpers: restored state, injected damage, the CLI."""
 
 import pathlib
+import signal
 import struct
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from tensorboardX.proto import event_pb2
 from keynorm_jax import run_config
 from keynorm_jax.storage import checkpointing
 from keynorm_jax.training import loop as training
+from keynorm_jax.training import preemption
 
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -61,3 +63,47 @@ def tensorboard_events(workdir):
       i += 12 + size + 4
     out.append((path.name, events))
   return out
+
+
+def reset_signals():
+  """What a new process starts with: no signal received yet, the handlers installed."""
+  preemption._received = None  # pylint: disable=protected-access
+  preemption.install()
+
+
+# Writes results.json, results.csv and results.md (text(n): "new <name>", or that as a JSON
+# string) into argv[1] and is killed (SIGKILL) in its second rename: results.json renamed, the
+# others still temporary files.
+_KILLED_WRITER = """
+import json, os, signal, sys
+sys.path.insert(0, {repo!r})
+from keynorm_jax.evaluation import outputs
+real, calls = os.replace, []
+def replace(src, dst):
+  calls.append(dst)
+  if str(dst).endswith("results.csv"):
+    os.kill(os.getpid(), signal.SIGKILL)
+  real(src, dst)
+os.replace = replace
+text = (lambda n: json.dumps("new " + n)) if {as_json} else (lambda n: "new " + n)
+outputs.write_files(sys.argv[1], {{n: outputs.text_writer(text(n)) for n in
+                                  ("results.json", "results.csv", "results.md")}}, fix="-")
+"""
+
+
+def killed_mid_swap(folder, as_json=False):
+  """`folder` as an evaluation killed between the renames of its set leaves it: its results.json
+  new (the text "new results.json", or that as a JSON string), results.csv and results.md from
+  before, the new ones in temporary files, the journal in place."""
+  from keynorm_jax.evaluation import outputs  # pylint: disable=g-import-not-at-top
+  for name in ("results.json", "results.csv", "results.md", "accuracy_by_position.png"):
+    (folder / name).write_text(f"previous {name}")
+  script = _KILLED_WRITER.format(repo=str(REPO), as_json=as_json)
+  killed = subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True,
+                          text=True, timeout=60)
+  assert killed.returncode == -signal.SIGKILL, killed.stderr
+  new = "new results.json"
+  assert (folder / "results.json").read_text() == (f'"{new}"' if as_json else new)  # the mixed
+  assert (folder / "results.csv").read_text() == "previous results.csv"   # set the issue found
+  assert len(list(folder.glob(f".*{outputs.PARTIAL}"))) == 2
+  assert (folder / outputs.JOURNAL).exists()

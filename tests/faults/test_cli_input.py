@@ -1,5 +1,6 @@
-"""Bad input to eval.py, `python -m keynorm_jax.reproduce` and `python -m keynorm_jax.study`: a
-nonzero exit with one last line `error: ...` naming the flag, no traceback, and no work done (no
+"""Bad input to eval.py, `python -m keynorm_jax.reproduce`, `python -m keynorm_jax.study` and
+`python -m keynorm_jax.export_hf`: a nonzero exit with one last line `error: <message>` naming the
+flag (every command alike, no error type before the message), no traceback, and no work done (no
 training, no run folder); and the data sources' bad folders, in one line each.
 
 The CLIs' cases run in one subprocess per CLI (one JAX import each): DRIVER parses each case's
@@ -8,6 +9,7 @@ flags and calls the CLI's main, with training replaced by a marker.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -59,6 +61,7 @@ CLIS = {
     "study": ("keynorm_jax.study.__main__",
               ["--scale=tiny", "--runs_dir={case}/runs", "--results={case}/results",
                "--data_dir={case}/tfds"]),
+    "export": ("keynorm_jax.export_hf", ["--out={case}/out"]),
 }
 
 # (cli, flags, the flag the error names)
@@ -75,6 +78,13 @@ BAD = [
     ("eval", ["--repeat_period=0"], "--repeat_period"),
     ("eval", ["--workdir="], "--workdir"),
     ("eval", ["--output="], "--output"),
+    ("eval", ["--workdir= "], "--workdir"),                      # a folder named by a space
+    ("eval", ["--length=0"], "--length"),
+    ("eval", ["--lengths=512,-1"], "--lengths"),
+    ("eval", ["--hf_train_length=4096"], "--hf_train_length"),   # without --hf_checkpoint
+    ("eval", ["--hf_dtype=bfloat16", "--data_dir=x"], "--hf_dtype, --data_dir"),
+    ("eval", ["--hf_checkpoint={file}"], "--workdir"),   # with --output too: nothing reads it
+    ("eval", ["--output=  "], "--output"),
     ("reproduce", ["--num_train_steps=-5"], "--num_train_steps"),
     ("reproduce", ["--runs_dir={file}"], "--runs_dir"),
     ("reproduce", ["--runs_dir="], "--runs_dir"),
@@ -83,12 +93,15 @@ BAD = [
     ("reproduce", ["--variants=kna_rope,no_such_variant"], "--variants"),
     ("reproduce", ["--data_dir={file}"], "--data_dir"),
     ("study", ["--runs_dir={file}"], "--runs_dir"),
+    ("study", ["--runs_dir= "], "--runs_dir"),
     ("study", ["--results={file}"], "--results"),
     ("study", ["--runs=no_such_key"], "--runs"),
     ("study", ["--runs="], "--runs"),
     ("study", ["--max_runs=-1"], "--max_runs"),
     ("study", ["--shard=2/2"], "--shard"),
+    ("study", ["--plan=preregistered", "--shard=999/1000"], "--shard"),   # an empty shard
     ("study", ["--data_dir={file}"], "--data_dir"),
+    ("export", ["--workdir={case}/runs"], "--workdir"),           # no run there
 ]
 # Accepted options reach their work: the harness sees training (or, for eval, the missing runs).
 GOOD = [
@@ -135,6 +148,7 @@ def test_bad_input_is_one_line_naming_the_flag_before_any_work(outcomes, cli, ar
   assert "Traceback" not in found["stderr"], found["stderr"]
   last = found["stderr"].strip().splitlines()[-1]
   assert last.startswith("error: ") and flag in last, last
+  assert not re.match(r"error: \w+Error: ", last), last      # export said `error: ConfigError: `
   assert not found["trained"]
   assert not (case / "runs").exists() and not (case / "out").exists()
   assert not (case / "results").exists()              # the study's records folder (--results)

@@ -56,7 +56,7 @@ def test_eval_falls_back_past_a_checkpoint_without_metadata(straight_run, tmp_pa
       output=tmp_path / "eval", echo=lines.append)
   assert not failures and {r["step"] for r in records} == {3}
   assert lines[0].startswith(f"WARNING: skipping checkpoint 6 of {workdir.resolve()}: ")
-  assert f"[1/1] run (step 3, trained at 32)" in lines
+  assert "[1/1] run (step 3, 1x = 32 tokens: the training length)" in lines
   assert checkpoint_steps(workdir) == [3, 6] and not (workdir / "corrupt_checkpoints").exists()
 
 

@@ -9,15 +9,13 @@ import errno
 import hashlib
 import os
 import pathlib
-import signal
-import subprocess
-import sys
 
 import pytest
 
 from keynorm_jax.evaluation import outputs, report
 from keynorm_jax.evaluation.command import EvalRequest, evaluate_runs, make_columns
 from keynorm_jax.runs import workdir_source
+from faults.helpers import killed_mid_swap
 
 PREVIOUS = ("results.json", "results.csv", "results.md", "accuracy_by_position.png")
 
@@ -113,38 +111,8 @@ def test_a_smaller_set_removes_the_previous_sets_other_files_and_only_them(tmp_p
   assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
-# Writes results.json, results.csv and results.md ("new <name>") into argv[1] and is killed
-# (SIGKILL) in its second rename: results.json renamed, the others still temporary files.
-_KILLED_WRITER = """
-import os, signal, sys
-sys.path.insert(0, {repo!r})
-from keynorm_jax.evaluation import outputs
-real, calls = os.replace, []
-def replace(src, dst):
-  calls.append(dst)
-  if str(dst).endswith("results.csv"):
-    os.kill(os.getpid(), signal.SIGKILL)
-  real(src, dst)
-os.replace = replace
-outputs.write_files(sys.argv[1], {{n: outputs.text_writer("new " + n) for n in
-                                  ("results.json", "results.csv", "results.md")}}, fix="-")
-"""
-
-
-def _killed_mid_swap(folder):
-  for name in ("results.json", "results.csv", "results.md", "accuracy_by_position.png"):
-    (folder / name).write_text(f"previous {name}")
-  script = _KILLED_WRITER.format(repo=str(pathlib.Path(__file__).resolve().parents[2]))
-  killed = subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True,
-                          text=True, timeout=60)
-  assert killed.returncode == -signal.SIGKILL, killed.stderr
-  assert (folder / "results.json").read_text() == "new results.json"       # the mixed set the
-  assert (folder / "results.csv").read_text() == "previous results.csv"    # issue found
-  assert len(list(folder.glob(f".*{outputs.PARTIAL}"))) == 2
-
-
 def test_a_kill_between_renames_is_finished_by_the_next_write(tmp_path):
-  _killed_mid_swap(tmp_path)
+  killed_mid_swap(tmp_path)
   outputs.write_files(tmp_path, {"results.json": outputs.text_writer("third"),
                                  "results.md": outputs.text_writer("third")}, fix="-")
   # the killed set's results.csv removed with it; the png, never listed in a set, kept; no
@@ -156,7 +124,7 @@ def test_a_kill_between_renames_is_finished_by_the_next_write(tmp_path):
 
 
 def test_recover_finishes_the_killed_set_whole(tmp_path):
-  _killed_mid_swap(tmp_path)
+  killed_mid_swap(tmp_path)
   outputs.recover(tmp_path)
   assert sorted(os.listdir(tmp_path)) == [outputs.MANIFEST, "accuracy_by_position.png",
                                           "results.csv", "results.json", "results.md"]

@@ -60,6 +60,15 @@ BROKEN = {
     "sizes unlike the weights": (lambda f: _config(f, {"intermediate_size": 64}),
                                  r"model.safetensors's model.layers.0.mlp.gate_proj.weight has "
                                  r"shape \[48, 32\], and config.json implies \[64, 32\]"),
+    "heads not dividing hidden_size": (
+        lambda f: _config(f, {"num_attention_heads": 5}, remove=["head_dim"]),
+        r"hidden_size 32 is not a multiple of num_attention_heads 5 \(without head_dim each head "
+        r"has hidden_size / num_attention_heads dimensions\); set head_dim, or a "
+        r"num_attention_heads that divides hidden_size\.$"),
+    "heads not sharing the kv heads": (
+        lambda f: _config(f, {"num_key_value_heads": 3}),
+        r"num_attention_heads 4 is not a multiple of num_key_value_heads 3 .*; set "
+        r"num_key_value_heads to a divisor of num_attention_heads\.$"),
     "more layers than weights": (lambda f: _config(f, {"num_hidden_layers": 3}),
                                  r"its weights have no model.layers.2.input_layernorm.weight \(and "
                                  r"8 more tensors\)"),
@@ -92,6 +101,18 @@ def test_a_broken_folder_is_refused_naming_what_is_wrong(tmp_path, name):
   assert "\n" not in str(refused.value) and str(folder) in str(refused.value)
   assert not (tmp_path / "runs").exists()                              # nothing written
   assert sorted(p.name for p in folder.iterdir()) == before            # nor in the folder
+
+
+def test_transformers_refusal_keeps_its_reason(tmp_path):
+  """transformers nests the reason under a first line naming only its validator; that first line
+  alone was kept ("Class validation error for validator 'validate_architecture':")."""
+  from keynorm_jax.huggingface import hf_config  # pylint: disable=g-import-not-at-top
+  folder = _broken(tmp_path, "heads not dividing hidden_size")
+  with pytest.raises(ConfigError, match=r"transformers cannot read its config.json \(.*"
+                                        r"validate_architecture.*The hidden size \(32\) is not a "
+                                        r"multiple of the number of attention heads \(5\)") as e:
+    hf_config._parsed(folder)  # pylint: disable=protected-access  # past our own check of heads
+  assert "\n" not in str(e.value) and not str(e.value).endswith("..")
 
 
 def test_an_empty_hf_checkpoint_flag_is_refused():

@@ -16,7 +16,7 @@ from keynorm_jax.storage import checkpointing, disk
 from keynorm_jax.training import loop as training
 from keynorm_jax.training import metrics_writer, preemption, sharding
 from train_helpers import checkpoint_steps, copy_run, losses, tiny_config
-from faults.helpers import REPO
+from faults.helpers import REPO, reset_signals as _reset_signals
 
 
 def _signal_at_step(monkeypatch, step: int, signals: tuple):
@@ -128,23 +128,6 @@ def test_a_failing_metrics_writer_ends_the_run_in_one_line(straight_run, tmp_pat
   assert checkpoint_steps(tmp_path) == [3]
   training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path)
   assert losses(tmp_path) == losses(straight_run)
-
-
-@pytest.fixture
-def installed():
-  """preemption.install() as the CLIs call it first, undone afterwards (handlers and state)."""
-  handlers = {s: signal.getsignal(s) for s in preemption.SIGNALS}
-  preemption.install()
-  yield
-  for s, handler in handlers.items():
-    signal.signal(s, handler)
-  preemption._installed, preemption._received = False, None  # pylint: disable=protected-access
-
-
-def _reset_signals():
-  """What a new process starts with: no signal received yet, the handlers installed."""
-  preemption._received = None  # pylint: disable=protected-access
-  preemption.install()
 
 
 def test_a_signal_while_the_data_is_read_stops_before_training_leaving_nothing(

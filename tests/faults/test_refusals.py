@@ -65,6 +65,16 @@ def test_cli_empty_workdir_is_refused_like_the_other_commands(tmp_path):
   assert not list(tmp_path.iterdir())                          # no runs/kna_rope
 
 
+def test_cli_whitespace_workdir_is_refused(tmp_path):
+  """`--workdir " "` trained into a folder named by a space."""
+  code, output = cli("train.py", "--config=kna_rope", "--workdir", " ", cwd=tmp_path)
+  assert code == 1 and "Traceback" not in output
+  assert output.strip().splitlines()[-1] == (
+      "error: --workdir=' ' is only whitespace (it would name a folder called ' '); pass a "
+      "folder, or leave it unset for its default.")
+  assert not list(tmp_path.iterdir())
+
+
 def test_a_full_disk_under_the_write_probe_leaves_no_probe_file(tmp_path, monkeypatch):
   """The probe's file is made, then its bytes do not fit: it was left behind, 0 bytes."""
   real_open = pathlib.Path.open
@@ -150,3 +160,34 @@ def test_a_file_where_a_folder_is_wanted_is_named_as_such(tmp_path):
   with pytest.raises(disk.DiskError, match=r"^Cannot write to the workdir .*afile: it is a file, "
                                            r"not a folder; choose a writable --workdir\.$"):
     disk.ensure_writable(tmp_path / "afile", what="the workdir", fix="choose a writable --workdir")
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_read_only_checkpoint_folder_is_refused_before_the_first_step(straight_run, tmp_path,
+                                                                       data_dir, monkeypatch,
+                                                                       resumed):
+  """It was found only at the first save, checkpoint_every_steps into the run (10 steps of work
+  lost). Read-only is injected as the EROFS a read-only mount gives (chmod does not stop root);
+  tests/faults/test_disks.py has the real read-only mount."""
+  if resumed:
+    workdir = copy_run(straight_run, tmp_path, drop_steps=[6])
+  else:
+    workdir = tmp_path / "run"
+    (workdir / "checkpoints").mkdir(parents=True)
+  before = losses(workdir)
+  real = disk._probe  # pylint: disable=protected-access
+
+  def probe(folder):
+    if folder.name == "checkpoints":
+      raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+    real(folder)
+
+  monkeypatch.setattr(disk, "_probe", probe)
+  steps = []
+  monkeypatch.setattr(training, "make_train_step", lambda *a: steps.append(1))
+  with pytest.raises(disk.DiskError, match=r"^Cannot write to the checkpoint folder "
+                                           r".*checkpoints \(Read-only file system\); make it "
+                                           r"writable \(or pass another --workdir\) and run the "
+                                           r"same command again\.$"):
+    training.train_and_evaluate(tiny_config(data_dir=data_dir), workdir)
+  assert not steps and losses(workdir) == before          # not a step taken, nothing rewritten

@@ -44,3 +44,15 @@ def test_resume_checks_fields_as_the_user_set_them():
     config_changes.resume_changes(saved, {"user_config": saved_user, "changes": []},
                                   other.to_dict(), run_config.resolve(other).to_dict(),
                                   ["learning_rate"], "W")
+
+
+@pytest.mark.parametrize("names, entry", [(["learning_rate", "", ""], "entry 2 of 3"),
+                                          (["", "learning_rate"], "entry 1 of 2")])
+def test_an_empty_entry_of_allow_config_change_is_named_as_such(names, entry):
+  """`--allow_config_change=learning_rate,,` was refused as an unknown setting named by the
+  doubled comma."""
+  with pytest.raises(run_config.ConfigError) as e:
+    config_changes.check_allowed_names(names)
+  assert str(e.value) == (f"--allow_config_change={','.join(names)}: {entry} is empty (a doubled, "
+                          f"leading or trailing comma); name each setting once, comma-separated, "
+                          f"e.g. learning_rate,warmup_steps.")

@@ -22,7 +22,7 @@ def test_second_writer_is_refused_naming_the_holder_and_a_dead_holder_does_not_b
                         f"--workdir={tmp_path}")
     assert code != 0 and "Traceback" not in output
     assert output.strip().splitlines()[-1] == (
-        f"error: WorkdirBusyError: {tmp_path} is in use by another training process (pid "
+        f"error: {tmp_path} is in use by another training process (pid "
         f"{holder.pid} on host {socket.gethostname()}, since "
         f"{json.loads((tmp_path / 'train.lock').read_text())['since']}; lock file "
         f"{tmp_path / 'train.lock'}). Wait for it to finish or stop it, or pass another --workdir.")

@@ -8,10 +8,10 @@ share of the training windows.
 
 from keynorm_jax.data.retrieval.episode import Episode, RetrievalError
 from keynorm_jax.data.retrieval.placement import min_length, place
-from keynorm_jax.data.retrieval.prompts import (DEFAULT_DEPTHS, EVAL_MIN_GAP, check_prompt_lengths,
-                                                retrieval_prompts)
+from keynorm_jax.data.retrieval.prompts import (DEFAULT_DEPTHS, EVAL_MIN_GAP, prompt_length,
+                                                retrieval_prompts, too_short)
 from keynorm_jax.data.retrieval.tasks import TASKS, check_tasks, task
 
 __all__ = ["DEFAULT_DEPTHS", "EVAL_MIN_GAP", "Episode", "RetrievalError", "TASKS",
-           "check_prompt_lengths", "check_tasks",
-           "min_length", "place", "retrieval_prompts", "task"]
+           "check_tasks", "min_length", "place", "prompt_length", "retrieval_prompts", "task",
+           "too_short"]

@@ -13,7 +13,6 @@ import zlib
 import numpy as np
 
 from keynorm_jax.data.corpora import DataError
-from keynorm_jax.data.retrieval.episode import RetrievalError
 from keynorm_jax.data.retrieval.placement import place
 from keynorm_jax.data.retrieval.tasks import task
 from keynorm_jax.data.tokenizer import encode_with_offsets
@@ -27,16 +26,25 @@ def key_rng(task_name: str, length: int, index: int, depth_index: int) -> np.ran
   return np.random.default_rng([zlib.crc32(task_name.encode()), length, index, depth_index])
 
 
-def check_prompt_lengths(task_names, lengths, encode=encode_with_offsets) -> None:
-  """RetrievalError, before any work, for a length too short for a task's evaluation prompt (in
-  encode's tokens)."""
-  for name in task_names:
-    needed = task(name).min_length(EVAL_MIN_GAP, encode)
-    short = sorted(n for n in lengths if n < needed)
-    if short:
-      raise RetrievalError(f"Length {short[0]} is shorter than a {name} prompt needs: at least "
-                           f"{needed} tokens (its needle, {EVAL_MIN_GAP} tokens of filler, the "
-                           f"question and the answer). Evaluate {name} at lengths >= {needed}.")
+def prompt_length(task_name: str, encode=encode_with_offsets) -> int:
+  """The shortest length (in encode's tokens) an evaluation prompt of the task fits: its needle,
+  EVAL_MIN_GAP tokens of filler, the question and the answer."""
+  return task(task_name).min_length(EVAL_MIN_GAP, encode)
+
+
+def too_short(task_name: str, length: int, needed: int) -> str | None:
+  """Why the task is not evaluated at `length` (needed: prompt_length), or None where it fits."""
+  if length >= needed:
+    return None
+  return (f"a {task_name} prompt needs at least {needed} tokens (its needle, {EVAL_MIN_GAP} tokens "
+          f"of filler, the question and the answer)")
+
+
+def check_text_holds(num_tokens: int, length: int) -> None:
+  """DataError where the held-out text (num_tokens) is shorter than one prompt of `length`."""
+  if num_tokens < length + 1:
+    raise DataError(f"The held-out text has {num_tokens} tokens, fewer than one prompt of "
+                    f"{length}; evaluate at most at length {num_tokens - 1}.")
 
 
 def retrieval_prompts(tokens, task_name: str, *, length: int, depths=DEFAULT_DEPTHS, count: int,
@@ -46,9 +54,7 @@ def retrieval_prompts(tokens, task_name: str, *, length: int, depths=DEFAULT_DEP
   tokens = np.asarray(tokens, np.int32)
   if count < 1:
     raise ValueError(f"Need at least one prompt per depth, got {count}.")
-  if len(tokens) < length + 1:
-    raise DataError(f"The held-out text has {len(tokens)} tokens, fewer than one prompt of "
-                    f"{length}; evaluate at most at length {len(tokens) - 1}.")
+  check_text_holds(len(tokens), length)
   starts = np.linspace(0, len(tokens) - length - 1, count).round().astype(np.int64)
   made = task(task_name).make
   windows = np.zeros([len(depths), count, length + 1], np.int32)
