@@ -2,14 +2,19 @@
 
 import dataclasses
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from keynorm_jax import attention, positions
+from keynorm_jax.attention import far
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.models import GAULM, ModelConfig, count_params
+from keynorm_jax.models.attention_block import AS_GIVEN, LEARNED_FROM, RESOLVED, attention_spec
 from keynorm_jax.models.layers import rms_norm
+from keynorm_jax.models.position_bias import LEARNED
 from keynorm_jax.positions import EvalColumn, UnknownMethodError, inference_method
 
 CFG = ModelConfig(vocab_size=257, num_layers=2, d_model=16, expansion=24, qk_size=8)
@@ -39,6 +44,41 @@ def test_seed_size_is_about_100m():
   params = jax.eval_shape(lambda: GAULM(cfg).init(jax.random.PRNGKey(0),
                                                   jnp.zeros([1, 8], jnp.int32)))["params"]
   assert 80e6 < count_params(params) < 120e6
+
+
+class _Learned(nn.Module):
+  """The LEARNED table's arrays of a layer with position spec `spec` (head size 8)."""
+  spec: positions.AttentionSpec
+
+  @nn.compact
+  def __call__(self, x):
+    return {name: build(CFG, self.spec, 8, x) for name, build in LEARNED.items()}
+
+
+def test_every_position_setting_reaches_the_attention():
+  """A layer's positions.AttentionSpec reaches its attention whole: each field is an
+  attention.Spec field of the same name (AS_GIVEN, taken by name), resolved with the model's
+  settings (RESOLVED) or the source of a learned array (LEARNED_FROM); none is dropped."""
+  assert set(AS_GIVEN) | set(RESOLVED) | set(LEARNED_FROM) == {
+      f.name for f in dataclasses.fields(positions.AttentionSpec)}
+  assert set(AS_GIVEN) <= {f.name for f in dataclasses.fields(attention.Spec)}
+  given = dict(far=far.ReRoPE(3, 2.0), window=9, sink_tokens=1, scale_invariant_tau=3.0,
+               logit_scale=1.5, llama4_temperature=(0.1, 8.0), posthoc_ssmax=0.5)
+  assert set(given) == set(AS_GIVEN)   # a new field: give it a value here
+  spec = positions.AttentionSpec(rotary=positions.RotarySpec(), alibi_slopes=(0.5,), logn=True,
+                                 posthoc_logn=True, **given)
+  resolved = attention_spec(CFG, spec, 16)
+  assert {name: getattr(resolved, name) for name in given} == given
+  assert resolved.inv_freq.shape == (CFG.head_size // 2,)
+  assert (resolved.logn_base, resolved.posthoc_logn_length) == (CFG.train_length / 2,
+                                                                CFG.train_length)
+  np.testing.assert_array_equal(resolved.alibi_slopes, np.float32([0.5]))
+  x = jnp.ones((1, 4, CFG.d_model))
+  learned = lambda spec: _Learned(spec).init_with_output(jax.random.PRNGKey(0), x)[0]
+  assert all(v is None for v in learned(positions.AttentionSpec()).values())
+  for name, value in dict(learned_bias="fire", forget_gate=True, cope_positions=5).items():
+    built = learned(positions.AttentionSpec(**{name: value}))
+    assert sum(v is not None for v in built.values()) == 1, name
 
 
 def test_rms_norm_by_hand():

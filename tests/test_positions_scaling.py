@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import positions
+from keynorm_jax.attention import far
 from attention_cases import attend_options
 import numpy_positions_reference as ref
 from positions_helpers import BLOCKS, H, INV, T, check, column_kwargs, inputs, per_head_reference
@@ -27,8 +28,11 @@ def test_window_and_streaming(opts, block):
   opts = dict(opts)
   rope, alibi = opts.pop("rope", False), opts.pop("alibi", None)
   q, k, v = inputs(2)
-  got, _ = attend_options(q, k, v, variant="baseline", inv_freq=INV.astype(np.float32) if rope else None,
-                  alibi_slopes=alibi, query_block=block, **opts)
+  cache = (far.StreamingCache(opts["sink_tokens"], opts["window"]) if "sink_tokens" in opts
+           else None)   # StreamingLLM: the sinks outside the window at their cache distance
+  got, _ = attend_options(q, k, v, variant="baseline",
+                          inv_freq=INV.astype(np.float32) if rope else None, alibi_slopes=alibi,
+                          far=cache, query_block=block, **opts)
   bias = (lambda t, i: -alibi * t) if alibi else None
   expected = per_head_reference(q, k, v, lambda h: dict(
       variant="baseline", inv_freq=INV if rope else None, bias=bias, **opts))
@@ -39,10 +43,11 @@ def test_window_at_least_length_is_full_and_streaming_without_sinks_is_window():
   q, k, v = inputs(3)
   inv = INV.astype(np.float32)
   full, _ = attend_options(q, k, v, variant="kna", inv_freq=inv)
-  check(attend_options(q, k, v, variant="kna", inv_freq=inv, window=T)[0], np.asarray(full), atol=1e-6)
+  check(attend_options(q, k, v, variant="kna", inv_freq=inv, window=T)[0], np.asarray(full),
+        atol=1e-6)
   window, _ = attend_options(q, k, v, variant="kna", inv_freq=inv, window=4)
-  check(attend_options(q, k, v, variant="kna", inv_freq=inv, window=4, sink_tokens=0)[0],
-         np.asarray(window), atol=1e-6)
+  check(attend_options(q, k, v, variant="kna", inv_freq=inv, window=4, sink_tokens=0,
+                       far=far.StreamingCache(0, 4))[0], np.asarray(window), atol=1e-6)
   assert np.abs(np.asarray(window) - np.asarray(full)).max() > 1e-3  # the window does bite
 
 
@@ -106,7 +111,7 @@ def test_query_temperature_rules(name, knobs, factor):
   if name == "llama4_temperature":   # the layers with RoPE are left as they are
     assert "every rope layer has RoPE" in column.method.skip_reason(rope, H)
     rotary = positions.AttentionSpec(rotary=positions.RotarySpec())
-    assert column.apply(rotary) == rotary
+    assert column.apply(rotary, 512) == rotary
 
 
 def test_qk_layernorm_matches_reference():

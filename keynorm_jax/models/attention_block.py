@@ -13,8 +13,11 @@ takes the specs' numbers as arguments (the evaluator: one compiled program for i
 differ only in numbers).
 """
 
+import dataclasses
+
 import flax.linen as nn
 import jax.numpy as jnp
+import numpy as np
 
 from keynorm_jax import attention, positions
 from keynorm_jax.attention.reach import attend_with_reach
@@ -44,31 +47,39 @@ def layer_specs(cfg: ModelConfig, column: positions.EvalColumn, length: int) -> 
     spec = cfg.position_method.layer_spec(layer=layer, num_layers=cfg.num_layers,
                                           num_heads=cfg.heads, rope_theta=cfg.rope_theta,
                                           train_length=cfg.train_length)
-    specs.append(column.apply(spec.with_rope_scaling(**scaling) if scaling else spec))
+    specs.append(column.apply(spec.with_rope_scaling(**scaling) if scaling else spec,
+                              cfg.train_length))
   return tuple(specs)
+
+
+# How each field of a layer's positions.AttentionSpec reaches its attention: the fields named here
+# are resolved with the model's settings (RoPE's frequencies at the head size and length, log n's
+# n0, ALiBi's slopes as an array) or build the layer's Learned arrays (position_bias.LEARNED); every
+# other field is an attention.Spec field of the same name, taken as it is (AS_GIVEN: a new field is
+# one of them or an error, never dropped; tests/test_model.py checks the partition).
+RESOLVED = ("rotary", "logn", "posthoc_logn", "alibi_slopes")
+LEARNED_FROM = ("learned_bias", "forget_gate", "cope_positions")
+AS_GIVEN = tuple(f.name for f in dataclasses.fields(positions.AttentionSpec)
+                 if f.name not in RESOLVED + LEARNED_FROM)
 
 
 def attention_spec(cfg: ModelConfig, spec: positions.AttentionSpec, seq_length: int
                    ) -> attention.Spec:
   """The attention.Spec of a layer with position spec `spec` in a model of `cfg`, for a sequence of
   `seq_length` tokens (dynamic NTK's base depends on it)."""
-  rotary, settings = spec.rotary, {}
+  settings = {name: getattr(spec, name) for name in AS_GIVEN}
+  rotary = spec.rotary
   if rotary is not None:
     settings["inv_freq"], settings["attention_factor"] = positions.rotary_inv_freq(
         rotary, rotary_dim=cfg.head_size, train_length=cfg.train_length, seq_length=seq_length)
     if rotary.xpos_gamma is not None:
       settings.update(xpos_gamma=rotary.xpos_gamma, xpos_scale_base=rotary.xpos_scale_base)
+  if spec.alibi_slopes is not None:
+    settings["alibi_slopes"] = np.asarray(spec.alibi_slopes, np.float32)
   logn_base = {True: cfg.default_logn_base, False: None, None: cfg.resolved_logn_base}[spec.logn]
   return attention.Spec(
       variant=cfg.attention, cosa_scale=cfg.resolved_cosa_scale, logn_base=logn_base,
-      posthoc_logn_length=cfg.train_length if spec.posthoc_logn else None,
-      logit_scale=spec.logit_scale, llama4_temperature=spec.llama4_temperature,
-      posthoc_ssmax=spec.posthoc_ssmax, rerope_window=spec.rerope_window,
-      leaky_rerope_factor=spec.leaky_rerope_factor, self_extend_group=spec.self_extend_group,
-      string_window=spec.string_window, dca_chunk=spec.dca_chunk,
-      dca_length=cfg.train_length if spec.dca_chunk else None, window=spec.window,
-      sink_tokens=spec.sink_tokens, alibi_slopes=spec.alibi_slopes,
-      scale_invariant_tau=spec.scale_invariant_tau, **settings)
+      posthoc_logn_length=cfg.train_length if spec.posthoc_logn else None, **settings)
 
 
 def resolved_specs(cfg: ModelConfig, column: positions.EvalColumn, length: int) -> tuple:

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from keynorm_jax import rope
+from keynorm_jax.attention.far import Far
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,14 +53,10 @@ class AttentionSpec:
 
   Attributes:
     rotary: RoPE settings, or None for no rotation (NoPE, absolute, bias methods).
-    rerope_window, leaky_rerope_factor: ReRoPE (needs rotary).
-    self_extend_group: with rerope_window, Self-Extend: keys at rerope_window or farther are scored
-      at grouped positions (group size G) instead of ReRoPE's clipped one.
-    string_window: with rerope_window (STRING's shift S), STRING: distances t >= S become
-      t - S + string_window.
-    dca_chunk: dual chunk attention's chunk size s (its c is the training length).
+    far: the far rule (attention.far: ReRoPE, SelfExtend, String, DualChunk, StreamingCache), or
+      None: where the keys past a distance are scored from.
     window: keep keys with 0 <= i - j < window.
-    sink_tokens: with window, also keep keys j < sink_tokens (StreamingLLM).
+    sink_tokens: with window, also keep keys j < sink_tokens (attention sinks).
     alibi_slopes: one slope per head; the bias -m (i - j) is added to the scores.
     learned_bias: "kerple_log" or "fire": the layer owns a learnable bias of that kind.
     forget_gate: FoX: the layer owns per-head forget gates f_t = sigmoid(w . x_t + b) on its input
@@ -74,11 +71,7 @@ class AttentionSpec:
     posthoc_logn: inference-only max(1, log(i + 1) / log(L_train)) on the scores.
   """
   rotary: RotarySpec | None = None
-  rerope_window: int | None = None
-  leaky_rerope_factor: float | None = None
-  self_extend_group: int | None = None
-  string_window: int | None = None
-  dca_chunk: int | None = None
+  far: Far | None = None
   window: int | None = None
   sink_tokens: int | None = None
   alibi_slopes: tuple[float, ...] | None = None

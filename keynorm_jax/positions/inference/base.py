@@ -1,6 +1,7 @@
 """The inference-method registry and its base classes: a method's knobs left None take their
 default at the evaluated length (`at`); `skip_reason` says why a method does not apply to a model
-(e.g. a RoPE scaling on an ALiBi model); `apply` rewrites a layer's AttentionSpec."""
+(e.g. a RoPE scaling on an ALiBi model); `apply` rewrites a layer's AttentionSpec (a far rotation
+is a rule of attention.far, set as the spec's `far`)."""
 
 import dataclasses
 
@@ -39,7 +40,10 @@ class InferenceMethod(Method):
     del method, num_heads, trained_scaling
     return None
 
-  def apply(self, spec: AttentionSpec) -> AttentionSpec:
+  def apply(self, spec: AttentionSpec, train_length: int) -> AttentionSpec:
+    """A layer's spec rewritten by the method (knobs resolved by `at`) in a model trained at
+    train_length."""
+    del train_length
     return spec
 
   def knob_values(self) -> dict:

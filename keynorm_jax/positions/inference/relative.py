@@ -5,6 +5,7 @@ import dataclasses
 import math
 import typing
 
+from keynorm_jax.attention import far
 from keynorm_jax.positions.inference.base import InferenceMethod, check_positive, register
 from keynorm_jax.positions.registry import knob
 
@@ -12,14 +13,18 @@ from keynorm_jax.positions.registry import knob
 @dataclasses.dataclass(frozen=True)
 class RelativeRewrite(InferenceMethod):
   """Base of the methods that change the relative positions a RoPE layer scores at (ReRoPE,
-  Self-Extend, DCA, STRING): `spec_changes()` on the layers with RoPE, the others as they are."""
+  Self-Extend, DCA, STRING): their far rule (attention.far, `far_rule`) on the layers with RoPE,
+  the others as they are."""
   verb: typing.ClassVar[str] = "change"   # in the skip reason: "<method> has no RoPE to <verb>"
 
   def skip_reason(self, method, num_heads, trained_scaling="none"):
     return None if method.rotary else f"{method.name} has no RoPE to {self.verb}"
 
-  def apply(self, spec):
-    return spec if spec.rotary is None else spec.replace(**self.spec_changes())
+  def far_rule(self, train_length: int) -> far.Far:
+    raise NotImplementedError
+
+  def apply(self, spec, train_length):
+    return spec if spec.rotary is None else spec.replace(far=self.far_rule(train_length))
 
 
 @register
@@ -37,8 +42,8 @@ class ReRoPE(RelativeRewrite):
   def at(self, length, train_length):
     return dataclasses.replace(self, rerope_window=self.rerope_window or train_length // 2)
 
-  def spec_changes(self):
-    return dict(rerope_window=self.rerope_window)
+  def far_rule(self, train_length):
+    return far.ReRoPE(self.rerope_window)
 
 
 @register
@@ -59,9 +64,8 @@ class LeakyReRoPE(RelativeRewrite):
     return dataclasses.replace(
         self, leaky_rerope_window=self.leaky_rerope_window or train_length // 4)
 
-  def spec_changes(self):
-    return dict(rerope_window=self.leaky_rerope_window,
-                        leaky_rerope_factor=self.leaky_rerope_factor)
+  def far_rule(self, train_length):
+    return far.ReRoPE(self.leaky_rerope_window, self.leaky_rerope_factor)
 
 
 @register
@@ -92,9 +96,8 @@ class SelfExtend(RelativeRewrite):
     group = self.self_extend_group or max(1, math.ceil((length - window) / room))
     return dataclasses.replace(self, self_extend_window=window, self_extend_group=group)
 
-  def spec_changes(self):
-    return dict(rerope_window=self.self_extend_window,
-                        self_extend_group=self.self_extend_group)
+  def far_rule(self, train_length):
+    return far.SelfExtend(self.self_extend_window, self.self_extend_group)
 
 
 @register
@@ -120,8 +123,8 @@ class DCA(RelativeRewrite):
                        f"(the successive chunk's queries sit up to c - 1).")
     return dataclasses.replace(self, dca_chunk=chunk)
 
-  def spec_changes(self):
-    return dict(dca_chunk=self.dca_chunk)
+  def far_rule(self, train_length):
+    return far.DualChunk(self.dca_chunk, train_length)
 
 
 @register
@@ -151,5 +154,5 @@ class String(RelativeRewrite):
     window = self.string_window if self.string_window is not None else min(128, shift)
     return dataclasses.replace(self, string_shift=shift, string_window=window)
 
-  def spec_changes(self):
-    return dict(rerope_window=self.string_shift, string_window=self.string_window)
+  def far_rule(self, train_length):
+    return far.String(self.string_shift, self.string_window)

@@ -12,7 +12,7 @@ from keynorm_jax.positions.registry import knob
 class Temperature(Scaled):
   """Every score times a factor of s = length / train_length (`scale(s)`); weights unchanged."""
 
-  def apply(self, spec):
+  def apply(self, spec, train_length):
     return spec.replace(logit_scale=spec.logit_scale * self.scale(self.factor))
 
 
@@ -72,7 +72,7 @@ class Llama4Temperature(InferenceMethod):
       return None
     return f"Llama 4 tunes the layers without RoPE, and every {method.name} layer has RoPE"
 
-  def apply(self, spec):
+  def apply(self, spec, train_length):
     if spec.rotary is not None:
       return spec
     return spec.replace(llama4_temperature=(self.llama4_attn_scale,
@@ -97,5 +97,5 @@ class PosthocSSMax(InferenceMethod):
   def at(self, length, train_length):
     return dataclasses.replace(self, ssmax_s=self.ssmax_s or 1.0 / math.log(train_length))
 
-  def apply(self, spec):
+  def apply(self, spec, train_length):
     return spec.replace(posthoc_ssmax=self.ssmax_s)

@@ -1,7 +1,9 @@
-"""Windows at inference: a sliding window, and attention sinks (StreamingLLM)."""
+"""Windows at inference: a sliding window, and attention sinks (StreamingLLM): a window, the first
+tokens kept besides it, and a far rule for the keys outside it (attention.far)."""
 
 import dataclasses
 
+from keynorm_jax.attention import far
 from keynorm_jax.positions.inference.base import InferenceMethod, check_positive, register
 from keynorm_jax.positions.registry import knob
 
@@ -21,7 +23,7 @@ class Window(InferenceMethod):
   def at(self, length, train_length):
     return dataclasses.replace(self, window=self.window or train_length)
 
-  def apply(self, spec):
+  def apply(self, spec, train_length):
     window = self.window if spec.window is None else min(spec.window, self.window)
     return spec.replace(window=window)
 
@@ -43,6 +45,8 @@ class Streaming(InferenceMethod):
   def at(self, length, train_length):
     return dataclasses.replace(self, window=self.window or max(1, train_length - self.sink_tokens))
 
-  def apply(self, spec):
+  def apply(self, spec, train_length):
     window = self.window if spec.window is None else min(spec.window, self.window)
-    return spec.replace(window=window, sink_tokens=self.sink_tokens)
+    return spec.replace(window=window, sink_tokens=self.sink_tokens,
+                        far=far.StreamingCache(self.sink_tokens, window))
+
