@@ -172,6 +172,7 @@ def test_single_head_layout():
     (dict(window=4, positions=np.arange(T)), "not by explicit positions"),
     (dict(far=far.ReRoPE(4), positions=np.arange(T)), "not by explicit positions"),
     (dict(far=far.ReRoPE(4), window=6), "ReRoPE with a window"),
+    (dict(far=far.ReRoPE(4), window=6, sink_tokens=2), "from inside the sinks' window"),
 ])
 def test_what_it_cannot_express_is_refused(kwargs, reason):
   q, k, v = _inputs(5)

@@ -64,6 +64,8 @@ def expressible(mods, shape):
     return "the calls count a window or ReRoPE's distance by index, not by explicit positions"
   if rerope and mods.window is not None:
     return "ReRoPE with a window is not composed"
+  if mods.sink_tokens is not None and start is not None and start < mods.window:
+    return "a far rotation from inside the sinks' window is not composed"
   if mods.forget_gate:
     return "FoX's forget-gate bias depends on the data (the blocked kernel takes it)"
   if mods.scale_invariant_tau is not None:
