@@ -98,6 +98,12 @@ CASES = {
     "cope_kna_window": dict(variant="kna", window=9, cope_embeddings=np.random.default_rng(7).normal(
         size=(S, 5)).astype(np.float32)),   # positions reach the cap npos - 1 = 4
     "dca": dict(variant="kna", inv_freq=INV32, far=far.DualChunk(6, 8)),
+    # LM-Infinite: a window, sinks and every distance capped (here below the window's reach, so
+    # that sinks inside the cap and past it are both scored).
+    "lm_infinite": dict(variant="kna", inv_freq=INV32, window=8, sink_tokens=3,
+                        far=far.DistanceLimit(12)),
+    "lm_infinite_alibi": dict(variant="baseline", window=6, sink_tokens=2, far=far.DistanceLimit(9),
+                              alibi_slopes=np.array(positions.alibi_slopes(H), np.float32)),
     "fox_window_kna": dict(variant="kna", window=9, log_forget=log_forget(5)),
     "shifted_positions": dict(variant="kna", inv_freq=INV32, window=10,
                               positions=np.arange(T) + 1000),

@@ -81,7 +81,7 @@ POSITION_SETTINGS = {
     "hwfa": ["none", "window"],
     "rnope_swa": ["none"],
     "alibi": ["none", "alibi_interpolate", "ntk_alibi", "window", "posthoc_logn",
-              "posthoc_ssmax"],
+              "posthoc_ssmax", "lm_infinite"],
     "nope": ["none", "window", "streaming", "posthoc_logn", "llama4_temperature"],
     "drope": ["drope_temperature"],   # NoPE once trained
     "kerple_log": ["none", "window", "streaming"],
@@ -89,7 +89,7 @@ POSITION_SETTINGS = {
 }
 # The inference methods the kernels merge from two calls (forward only).
 POSITION_SETTINGS["rope"] += ["leaky_rerope", "rerope", "streaming", "self_extend",
-                              "yarn_temperature", "string"]
+                              "yarn_temperature", "string", "lm_infinite"]
 REFUSED_COLUMNS = {"dca"}   # three rotations chosen by chunk: the einsum kernels
 
 

@@ -56,7 +56,7 @@ CASES = [
     ("kna_rope", {}, ("linear", "ntk", "dynamic_ntk", "yarn", "llama3", "yarn_temperature",
                       "drope_temperature", "posthoc_ssmax")),
     ("kna_rope", {}, ("rerope", "leaky_rerope", "self_extend", "dca", "string", "window",
-                      "streaming")),
+                      "streaming", "lm_infinite")),
     ("transformer_kna_rope", {"scan_layers": True, "remat": True},
      ("yarn", "leaky_rerope", "window")),
     ("transformer_baseline_alibi", {}, ("alibi_interpolate", "ntk_alibi")),

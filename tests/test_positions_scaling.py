@@ -52,6 +52,38 @@ def test_window_at_least_length_is_full_and_streaming_without_sinks_is_window():
 
 
 @pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("rope, alibi, knobs", [
+    (True, None, dict(n_global=2)),               # the paper's n_local = L: every sink past L
+    (True, None, dict(n_global=3, n_local=3)),    # sinks inside the cap (3 <= t < 5) and past it
+    (False, 0.3, dict(n_global=2, n_local=4)),    # ALiBi's bias capped too (the paper's MPT code)
+])
+def test_lm_infinite(rope, alibi, knobs, block):
+  """LM-Infinite through the inference method (a model trained at L = 5, run at T = 12) against
+  the NumPy reference written from the paper: the Lambda-shaped mask and min(i - j, L)."""
+  train = 5
+  kwargs, column = column_kwargs("lm_infinite", at=T, train_length=train, rope=rope, **knobs)
+  q, k, v = inputs(12)
+  got, _ = attend_options(q, k, v, variant="baseline", query_block=block,
+                          **kwargs, **({} if alibi is None else {"alibi_slopes": alibi}))
+  position = ref.lm_infinite_position(knobs["n_global"], column.method.n_local, train)
+  check(got, per_head_reference(q, k, v, lambda h: dict(
+      variant="baseline", inv_freq=INV if rope else None, position=position,
+      bias=None if alibi is None else (lambda t, i: -alibi * t))))
+
+
+def test_lm_infinite_defaults_and_refusals():
+  """The paper's defaults: n_global = 10, n_local = the training length."""
+  method = positions.inference_method("lm_infinite").at(8192, 512)
+  assert (method.n_global, method.n_local) == (10, 512)
+  with pytest.raises(ValueError, match="n_local must be at least 1"):
+    positions.inference_method("lm_infinite", n_local=0)
+  with pytest.raises(ValueError, match="n_global must be >= 0"):
+    positions.inference_method("lm_infinite", n_global=-1)
+  with pytest.raises(ValueError, match="n_local 9 must be at most the training length 8"):
+    positions.inference_method("lm_infinite", n_local=9).at(64, 8)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
 def test_ssmax(block):
   q, k, v = inputs(11)
   s = np.array([0.4, 0.9, 1.7], np.float32)

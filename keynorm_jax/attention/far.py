@@ -18,6 +18,9 @@ near and the far product per pair (`join`), and the biases read the rule's `dist
   StreamingCache(sinks, window)  t >= w scored (and biased) at the key's distance in the
                             StreamingLLM cache, (k + w - 1) - p_j: the query at the cache's last
                             slot (Xiao et al. 2023)
+  DistanceLimit(limit)      every distance capped at L: t >= L scored (and biased) at L, the query
+                            at L against the key at 0 (LM-Infinite's distance limit, Han et al.
+                            2024)
 
 Each rule is a JAX pytree: ReRoPE's leak (a number that only enters arithmetic) is its leaf, the
 windows and sizes its static structure (kernels choose blocks and calls from them).
@@ -190,8 +193,29 @@ class StreamingCache(_Rule):
     return jnp.where(relative_BxQxK < self.window, relative_BxQxK, cache_distance)
 
 
-Far = ReRoPE | SelfExtend | String | DualChunk | StreamingCache
+@dataclasses.dataclass(frozen=True)
+class DistanceLimit(_Rule):
+  """Every distance capped at `limit`: t >= limit scored and biased at limit."""
+  rotates: typing.ClassVar[bool] = False   # its distance moves the biases too
+  limit: int
+
+  def __post_init__(self):
+    _at_least("The distance limit", "L", self.limit, 1)
+
+  @property
+  def start(self):
+    return self.limit
+
+  def positions(self, positions_BxT):
+    return FarPositions(jnp.full_like(positions_BxT, self.limit), jnp.zeros_like(positions_BxT))
+
+  def distance(self, relative_BxQxK, key_positions_BxK):
+    del key_positions_BxK
+    return jnp.minimum(relative_BxQxK, float(self.limit))
+
+
+Far = ReRoPE | SelfExtend | String | DualChunk | StreamingCache | DistanceLimit
 
 register_record(ReRoPE, ("leak",))
-for _rule in (SelfExtend, String, DualChunk, StreamingCache):
+for _rule in (SelfExtend, String, DualChunk, StreamingCache, DistanceLimit):
   register_record(_rule, ())

@@ -1,5 +1,6 @@
-"""Windows at inference: a sliding window, and attention sinks (StreamingLLM): a window, the first
-tokens kept besides it, and a far rule for the keys outside it (attention.far)."""
+"""Windows at inference: a sliding window, attention sinks (StreamingLLM) and LM-Infinite's
+Lambda-shaped mask, each a window, the first tokens kept besides it, and a far rule for the keys
+outside it (attention.far)."""
 
 import dataclasses
 
@@ -50,3 +51,37 @@ class Streaming(InferenceMethod):
     return spec.replace(window=window, sink_tokens=self.sink_tokens,
                         far=far.StreamingCache(self.sink_tokens, window))
 
+
+@register
+@dataclasses.dataclass(frozen=True)
+class LMInfinite(InferenceMethod):
+  """LM-Infinite: a Lambda-shaped mask, the first n_global tokens and the last n_local, and every
+  distance capped at the training length L (its distance limit: a key at t >= L scored at L,
+  rotated as the paper's code does, the query at L against the key unrotated, and biased at L, as
+  its ALiBi code caps the bias). The paper's defaults: n_local = L (the pretraining length) and
+  n_global = 10 (its code's; 10 to 100 "give generally similar effect"). On every layer, with
+  RoPE or a bias or neither (the mask alone)."""
+  name = "lm_infinite"
+  summary = ("Lambda-shaped mask (the first n_global tokens plus the last n_local), distances "
+             "capped at train_length")
+  paper = "Han et al. 2024, LM-Infinite (NAACL 2024, arXiv 2308.16137)"
+  n_global: int = knob(10, "LM-Infinite's global branch: the first tokens every query keeps")
+  n_local: int | None = knob(None, "LM-Infinite's local branch: the last tokens every query "
+                             "keeps; default train_length")
+
+  def __post_init__(self):
+    check_positive("n_local", self.n_local)
+    if self.n_global < 0:
+      raise ValueError(f"n_global must be >= 0, got {self.n_global}.")
+
+  def at(self, length, train_length):
+    n_local = train_length if self.n_local is None else self.n_local
+    if n_local > train_length:
+      raise ValueError(f"n_local {n_local} must be at most the training length {train_length} "
+                       f"(the local branch's distances stay within the distance limit).")
+    return dataclasses.replace(self, n_local=n_local)
+
+  def apply(self, spec, train_length):
+    window = self.n_local if spec.window is None else min(spec.window, self.n_local)
+    return spec.replace(window=window, sink_tokens=self.n_global,
+                        far=far.DistanceLimit(train_length))
