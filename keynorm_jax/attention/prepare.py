@@ -31,7 +31,8 @@ Masks: causal; `window` keeps 0 <= p_i - p_j < w; `sink_tokens` k also keeps key
 Far rotations (attention/far.py: ReRoPE, Self-Extend, STRING, dual chunk attention, StreamingLLM's
 cache): the layer's one far rule says at which positions the far side is rotated; here q and k
 are rotated there once (Side.far, and DCA's Side.farthest), and scores.py joins the near and the
-far products per pair, as the rule says. L2 normalization commutes with the rotation, so it is applied before RoPE. Everything in float32.
+far products per pair, as the rule says. L2 normalization commutes with the rotation, so it is
+applied before RoPE. Everything in float32.
 
 `prepare` turns q, k, v and these options into a `Prepared`: the rotated queries and keys (and
 their far rotation), each query's factor (the variant's scale included, so that multiplier x q . k

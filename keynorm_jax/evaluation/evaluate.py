@@ -127,14 +127,14 @@ def run_scorer(run):
   """score(windows [N, L+1], batch_size, column) -> (correct [S, N, L], nll [S, N, L]) of every
   member of `run` (S = 1 for a single run; a seed group's members in one vmapped pass) under an
   evaluation column. One scorer serves all of the run's columns and lengths: its model as
-  trained, each column given as variables (models.given_specs), so that the columns that differ
-  only in numbers (attention.spec.NUMBERS) share one compiled program per length."""
+  trained, given each column's attention specs (models.given_specs), so that the columns that
+  differ only in numbers (attention.spec.NUMBERS) share one compiled program per length."""
   model_cfg = run_config.model_config(run.config)
   scorer = make_scorer(run_config.build_model(run.config), stacked=run.seeds is not None)
 
   def score(windows, batch_size, column):
-    variables = given_specs(model_cfg, column, windows.shape[-1] - 1)
-    correct, nll = score_windows(scorer, run.params, windows, batch_size, variables)
+    specs = given_specs(model_cfg, column, windows.shape[-1] - 1)
+    correct, nll = score_windows(scorer, run.params, windows, batch_size, specs)
     return (correct[None], nll[None]) if run.seeds is None else (correct, nll)
 
   return score

@@ -8,9 +8,9 @@ calls attention.attend with the model's kernel (`model.kernel`; attention/kernel
 diagnostics collect "intermediates" it also records per head (`sow`) the key norms, the attention
 entropy and the attention's reach (attention/reach.py: the mass on each block of `reach_bucket` keys
 and the mean key index, for every query); the kernel chosen then is one that gives the entropy.
-A caller may give every layer its attention.Spec instead (GIVEN_SPECS), so that a jitted function
-takes the specs' numbers as arguments (the evaluator: one compiled program for its columns that
-differ only in numbers).
+A caller may give the layer its attention.Spec instead (`given`, an argument of the model's call:
+models.given_specs), so that a jitted function takes the specs' numbers as arguments (the
+evaluator: one compiled program for its columns that differ only in numbers).
 """
 
 import dataclasses
@@ -24,12 +24,6 @@ from keynorm_jax.attention.reach import attend_with_reach
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.position_bias import LEARNED
 
-
-# The variable collection through which a caller gives each layer its attention.Spec, resolved
-# already (models.given_specs builds it; at <layer>/attention/spec): passed to a jitted function,
-# the specs' numbers (attention.spec.NUMBERS) are arguments of the compiled program, not constants.
-# Without it each layer resolves its own (attention_spec), as in training.
-GIVEN_SPECS = "attention_specs"
 
 
 def reach_bucket(train_length: int) -> int:
@@ -94,11 +88,12 @@ class PositionalAttention(nn.Module):
   spec: positions.AttentionSpec
 
   @nn.compact
-  def __call__(self, q, k, v, positions_BxT, x):
-    """x [B, T, d]: the layer's input, which the learned parts may read (FoX's forget gates)."""
+  def __call__(self, q, k, v, positions_BxT, x, given: attention.Spec | None = None):
+    """x [B, T, d]: the layer's input, which the learned parts may read (FoX's forget gates).
+    given: the layer's attention.Spec, resolved already (models.given_specs), or None: resolved
+    here (attention_spec), as in training."""
     cfg = self.config
-    spec = (self.get_variable(GIVEN_SPECS, "spec") if self.has_variable(GIVEN_SPECS, "spec")
-            else attention_spec(cfg, self.spec, q.shape[1]))
+    spec = attention_spec(cfg, self.spec, q.shape[1]) if given is None else given
     learned = attention.Learned(**{name: build(cfg, self.spec, q.shape[-1], x)
                                    for name, build in LEARNED.items()})
     # Positions are 0..T-1 unless the model's indices are other ones: say so (None), so that a
