@@ -18,7 +18,7 @@ from keynorm_jax.data.retrieval import tasks as retrieval_tasks
 from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
-from keynorm_jax.evaluation.report import accuracy_caption, markdown_table, write_results
+from keynorm_jax.evaluation.accuracy_tables import accuracy_caption, markdown_table, write_results
 from keynorm_jax.evaluation.retrieval import NEXT_TOKEN, check_depths, evaluate_retrieval
 from keynorm_jax.evaluation.retrieval_report import retrieval_caption, retrieval_table
 from keynorm_jax.positions import INFERENCE_METHODS, EvalColumn, inference_method
@@ -141,13 +141,13 @@ def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=
   folder's) on `request`; returns (records, failures, paths), records being the next-token records
   followed by the retrieval records: one per seed (a seed group's members, runs/loading.py, each
   give theirs; `seed` names it), the groups' means and standard deviations over seeds in the
-  tables and files (report.py).
+  tables and files (accuracy_tables.py).
 
   output: the results folder, default the source's (<workdir>/eval for our runs).
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
   stop the others. The output folder is checked to be writable before any work; the tables are
-  printed before the files are written, all or nothing (report.write_results: OutputError says
-  what was and was not written).
+  printed before the files are written, all or nothing (accuracy_tables.write_results: OutputError
+  says what was and was not written).
   """
   check_eval_options(output=output)
   tasks, depths, lengths, columns = request.tasks, request.depths, request.lengths, request.columns

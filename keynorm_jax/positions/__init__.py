@@ -12,7 +12,7 @@ from keynorm_jax.positions.indices import (INDICES, Indices, indices_knob_defaul
 from keynorm_jax.positions.inference import (EvalColumn, INFERENCE_METHODS, InferenceMethod,
                                              inference_method)
 from keynorm_jax.positions.registry import UnknownMethodError
-from keynorm_jax.positions.spec import (SCALING_KNOBS, AttentionSpec, RotarySpec, alibi_slopes,
+from keynorm_jax.positions.layer_spec import (SCALING_KNOBS, AttentionSpec, RotarySpec, alibi_slopes,
                                        rope_scaling_defaults, rotary_inv_freq, scaled_from)
 from keynorm_jax.positions.training_methods import (TRAINING_METHODS, TrainingMethod,
                                                     knob_defaults, training_method)

@@ -10,7 +10,7 @@ import typing
 
 from keynorm_jax.positions.indices import Indices, RandomInteger
 from keynorm_jax.positions.registry import Method, Registry, knob
-from keynorm_jax.positions.spec import AttentionSpec, RotarySpec, alibi_slopes
+from keynorm_jax.positions.layer_spec import AttentionSpec, RotarySpec, alibi_slopes
 
 TRAINING_METHODS = Registry("position")
 register = TRAINING_METHODS.register

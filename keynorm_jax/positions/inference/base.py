@@ -6,7 +6,7 @@ is a rule of attention.far, set as the spec's `far`)."""
 import dataclasses
 
 from keynorm_jax.positions.registry import Method, Registry, knob
-from keynorm_jax.positions.spec import AttentionSpec
+from keynorm_jax.positions.layer_spec import AttentionSpec
 from keynorm_jax.positions.training_methods import TrainingMethod
 
 INFERENCE_METHODS = Registry("inference method")

@@ -3,7 +3,7 @@
 import dataclasses
 
 from keynorm_jax.positions.inference.base import AsTrained, InferenceMethod
-from keynorm_jax.positions.spec import AttentionSpec
+from keynorm_jax.positions.layer_spec import AttentionSpec
 
 
 @dataclasses.dataclass(frozen=True)
