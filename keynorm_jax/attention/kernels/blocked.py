@@ -22,7 +22,7 @@ entropy H. Memory O(T) instead of the T x T probabilities reverse mode would kee
 """
 
 import functools
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -40,8 +40,8 @@ class _Blocks(NamedTuple):
   query_block: int
   key_block: int
   length: int                 # real (unpadded) sequence length
-  window: Optional[float]
-  sink_tokens: Optional[int]
+  window: float | None
+  sink_tokens: int | None
 
 
 def _pad_to(x, size, mode):
