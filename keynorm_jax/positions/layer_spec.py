@@ -27,7 +27,12 @@ class RotarySpec:
   fraction: float = 1.0            # p-RoPE: share of pairs rotated (the highest frequencies)
   xpos_gamma: float | None = None  # xPos decay zeta_m = (2m/S + gamma) / (1 + gamma)
   xpos_scale_base: float | None = None
-  original_length: int = 0         # the length `scaling` scales from; 0 = the training length
+  original_length: int | None = None  # the length `scaling` scales from; None: the training length
+
+  def __post_init__(self):
+    if self.original_length is not None and self.original_length < 1:
+      raise ValueError(f"original_length must be at least 1 (or unset: the training length), got "
+                       f"{self.original_length}.")
 
 
 # The fields of a RotarySpec that the model's own (trained) RoPE scaling sets, besides `scaling`
@@ -36,9 +41,9 @@ SCALING_KNOBS = ("factor", "beta_fast", "beta_slow", "low_freq_factor", "high_fr
                  "original_length")
 
 
-def scaled_from(original_length: int, train_length: int) -> int:
-  """The length a RoPE scaling scales from: original_length, or (0) the training length."""
-  return original_length or train_length
+def scaled_from(original_length: int | None, train_length: int) -> int:
+  """The length a RoPE scaling scales from: original_length, or (None) the training length."""
+  return train_length if original_length is None else original_length
 
 
 def rope_scaling_defaults() -> dict:

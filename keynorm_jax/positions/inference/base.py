@@ -19,6 +19,11 @@ def check_factor(factor):
                      f"{factor}.")
 
 
+def unset_or(value, default):
+  """A knob's value, or its default where it is unset (None; 0 is a value)."""
+  return default if value is None else value
+
+
 def check_positive(name, value):
   if value is not None and not value >= 1:
     raise ValueError(f"{name} must be at least 1 (or left unset for its default), got {value}.")
@@ -70,8 +75,8 @@ class Scaled(InferenceMethod):
     return max(1.0, length / train_length)
 
   def at(self, length, train_length):
-    return dataclasses.replace(self, factor=self.factor or self.default_factor(length,
-                                                                               train_length))
+    return dataclasses.replace(self, factor=unset_or(self.factor,
+                                                     self.default_factor(length, train_length)))
 
 
 def inference_method(name: str, **knobs) -> InferenceMethod:

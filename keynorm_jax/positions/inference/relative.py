@@ -6,7 +6,8 @@ import math
 import typing
 
 from keynorm_jax.attention import far
-from keynorm_jax.positions.inference.base import InferenceMethod, check_positive, register
+from keynorm_jax.positions.inference.base import (InferenceMethod, check_positive, register,
+                                                  unset_or)
 from keynorm_jax.positions.registry import knob
 
 
@@ -40,7 +41,7 @@ class ReRoPE(RelativeRewrite):
     check_positive("rerope_window", self.rerope_window)
 
   def at(self, length, train_length):
-    return dataclasses.replace(self, rerope_window=self.rerope_window or train_length // 2)
+    return dataclasses.replace(self, rerope_window=unset_or(self.rerope_window, train_length // 2))
 
   def far_rule(self, train_length):
     return far.ReRoPE(self.rerope_window)
@@ -62,7 +63,7 @@ class LeakyReRoPE(RelativeRewrite):
 
   def at(self, length, train_length):
     return dataclasses.replace(
-        self, leaky_rerope_window=self.leaky_rerope_window or train_length // 4)
+        self, leaky_rerope_window=unset_or(self.leaky_rerope_window, train_length // 4))
 
   def far_rule(self, train_length):
     return far.ReRoPE(self.leaky_rerope_window, self.leaky_rerope_factor)
@@ -91,9 +92,9 @@ class SelfExtend(RelativeRewrite):
     check_positive("self_extend_group", self.self_extend_group)
 
   def at(self, length, train_length):
-    window = self.self_extend_window or max(1, train_length // 4)
+    window = unset_or(self.self_extend_window, max(1, train_length // 4))
     room = max(1.0, 2 * train_length / 3 - window)
-    group = self.self_extend_group or max(1, math.ceil((length - window) / room))
+    group = unset_or(self.self_extend_group, max(1, math.ceil((length - window) / room)))
     return dataclasses.replace(self, self_extend_window=window, self_extend_group=group)
 
   def far_rule(self, train_length):
@@ -117,7 +118,7 @@ class DCA(RelativeRewrite):
     check_positive("dca_chunk", self.dca_chunk)
 
   def at(self, length, train_length):
-    chunk = self.dca_chunk or max(1, 3 * train_length // 4)
+    chunk = unset_or(self.dca_chunk, max(1, 3 * train_length // 4))
     if chunk >= train_length:
       raise ValueError(f"dca_chunk {chunk} must be below the training length {train_length} "
                        f"(the successive chunk's queries sit up to c - 1).")
@@ -150,7 +151,7 @@ class String(RelativeRewrite):
                        f"{self.string_shift} (a shifted distance t - S + W stays below t).")
 
   def at(self, length, train_length):
-    shift = self.string_shift or max(1, int(0.33 * train_length))
+    shift = unset_or(self.string_shift, max(1, int(0.33 * train_length)))
     window = self.string_window if self.string_window is not None else min(128, shift)
     return dataclasses.replace(self, string_shift=shift, string_window=window)
 

@@ -5,7 +5,8 @@ outside it (attention.far)."""
 import dataclasses
 
 from keynorm_jax.attention import far
-from keynorm_jax.positions.inference.base import InferenceMethod, check_positive, register
+from keynorm_jax.positions.inference.base import (InferenceMethod, check_positive, register,
+                                                  unset_or)
 from keynorm_jax.positions.registry import knob
 
 
@@ -22,7 +23,7 @@ class Window(InferenceMethod):
     check_positive("window", self.window)
 
   def at(self, length, train_length):
-    return dataclasses.replace(self, window=self.window or train_length)
+    return dataclasses.replace(self, window=unset_or(self.window, train_length))
 
   def apply(self, spec, train_length):
     window = self.window if spec.window is None else min(spec.window, self.window)
@@ -44,7 +45,8 @@ class Streaming(InferenceMethod):
       raise ValueError(f"sink_tokens must be >= 0, got {self.sink_tokens}.")
 
   def at(self, length, train_length):
-    return dataclasses.replace(self, window=self.window or max(1, train_length - self.sink_tokens))
+    return dataclasses.replace(
+        self, window=unset_or(self.window, max(1, train_length - self.sink_tokens)))
 
   def apply(self, spec, train_length):
     window = self.window if spec.window is None else min(spec.window, self.window)
@@ -75,7 +77,7 @@ class LMInfinite(InferenceMethod):
       raise ValueError(f"n_global must be >= 0, got {self.n_global}.")
 
   def at(self, length, train_length):
-    n_local = train_length if self.n_local is None else self.n_local
+    n_local = unset_or(self.n_local, train_length)
     if n_local > train_length:
       raise ValueError(f"n_local {n_local} must be at most the training length {train_length} "
                        f"(the local branch's distances stay within the distance limit).")
