@@ -8,6 +8,7 @@ record; seed_summary.py: their mean and standard deviation per cell).
 """
 
 import time
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from keynorm_jax.attention import block_sizes
 from keynorm_jax.data import corpora
 from keynorm_jax.data.eval_sets import EVAL_SETS, eval_windows
 from keynorm_jax.data.tokenizer import join_documents
-from keynorm_jax.models import given_specs
+from keynorm_jax.models import ModelConfig, given_specs
 from keynorm_jax.positions import EvalColumn
 from keynorm_jax.scoring import make_scorer, score_windows
 
@@ -89,9 +90,26 @@ def applicable_columns(model_cfg, columns):
   return kept, skipped
 
 
-def evaluation_plan(run, lengths, columns, include_train_length, progress):
-  """(model config, the columns that apply, the sorted lengths to evaluate, the length past which
-  the model's positions are not defined or None). ValueError for a length below the training
+class Evaluation(NamedTuple):
+  """A run's evaluation, opened once (open_evaluation) by the next-token and retrieval loops."""
+  model_cfg: ModelConfig
+  columns: list          # the columns that apply
+  lengths: list          # sorted, the training length first unless told otherwise
+  tokens: np.ndarray     # the held-out text
+  score: Callable        # run_scorer's
+  limit: int | None      # the length past which the model's positions are not defined
+
+  def not_applicable(self, length: int) -> str | None:
+    """Why `length` cannot be evaluated (past what the model's positions encode), or None."""
+    if self.limit is not None and length > self.limit:
+      return f"{self.model_cfg.position} positions stop at {self.limit} tokens"
+    return None
+
+
+def open_evaluation(run, lengths, columns, include_train_length, progress,
+                    tokens=None) -> Evaluation:
+  """The model config, the columns that apply, the sorted lengths to evaluate, the held-out
+  tokens (unless given) and the run's scorer. ValueError for a length below the training
   length; each skipped column is told to `progress`."""
   train_length = run.config.train_length
   for length in lengths:
@@ -104,7 +122,9 @@ def evaluation_plan(run, lengths, columns, include_train_length, progress):
     if progress:
       progress(f"{run.name}: {label} skipped ({reason})")
   lengths = sorted({*lengths, *([train_length] if include_train_length else [])})
-  return model_cfg, columns, lengths, model_cfg.position_method.max_length(train_length)
+  return Evaluation(model_cfg, columns, lengths,
+                    held_out_tokens(run.config) if tokens is None else tokens, run_scorer(run),
+                    model_cfg.position_method.max_length(train_length))
 
 
 def record_fields(run, length, column, seed) -> dict:
@@ -154,33 +174,30 @@ def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, bat
   A seed group (run.seeds) gives one record per member and cell, in the order of run.seeds, from
   one vmapped pass per batch; `seconds` is that pass's, shared by the members.
   """
-  config = run.config
-  train_length = config.train_length
-  model_cfg, columns, lengths, limit = evaluation_plan(run, lengths, columns,
-                                                       include_train_length, progress)
-  tokens = held_out_tokens(config) if tokens is None else tokens
-  score = run_scorer(run)
+  train_length = run.config.train_length
+  plan = open_evaluation(run, lengths, columns, include_train_length, progress, tokens)
   records = []
-  for length in lengths:
-    if limit is not None and length > limit:
-      reason = f"{config.model.position} positions stop at {limit} tokens"
+  for length in plan.lengths:
+    reason = plan.not_applicable(length)
+    if reason:
       records += [_record(run, seed, length, s, c.at(length, train_length), repeat_period,
                           accuracy=None, not_applicable=reason)
-                  for c in columns for s in EVAL_SETS for seed in run.member_seeds]
+                  for c in plan.columns for s in EVAL_SETS for seed in run.member_seeds]
       if progress:
         progress(f"{run.name} L={length}: not applicable ({reason})")
       continue
-    windows = {s: eval_windows(tokens, kind=s, length=length, count=num_windows,
+    windows = {s: eval_windows(plan.tokens, kind=s, length=length, count=num_windows,
                                train_length=train_length, period=repeat_period)
                for s in EVAL_SETS}
-    size = batch_size or auto_batch_size(model_cfg, length, num_windows, len(run.member_seeds))
-    for column in columns:
+    size = batch_size or auto_batch_size(plan.model_cfg, length, num_windows,
+                                         len(run.member_seeds))
+    for column in plan.columns:
       resolved = column.at(length, train_length)
       for eval_set in EVAL_SETS:
         if progress:
           progress(f"{run.name} L={length} {eval_set} {resolved.label}")
         started = time.perf_counter()
-        correct, nll = score(windows[eval_set], size, column)
+        correct, nll = plan.score(windows[eval_set], size, column)
         seconds = round(time.perf_counter() - started, 2)
         records += [_record(run, seed, length, eval_set, resolved, repeat_period,
                             **summarize(c, n, train_length=train_length,
