@@ -1,4 +1,5 @@
-"""The GAU language model: parameter count by hand, causality, options, jit."""
+"""The GAU language model: parameter count by hand, options, jit; both architectures' causality and
+the way a layer's position setting reaches its attention."""
 
 import dataclasses
 
@@ -11,7 +12,7 @@ import pytest
 from keynorm_jax import attention, positions
 from keynorm_jax.attention import far
 from keynorm_jax.errors import ConfigError
-from keynorm_jax.models import GAULM, ModelConfig, count_params
+from keynorm_jax.models import GAULM, ModelConfig, build_model, count_params
 from keynorm_jax.models.attention_block import AS_GIVEN, LEARNED_FROM, RESOLVED, attention_spec
 from keynorm_jax.models.layers import rms_norm
 from keynorm_jax.models.position_bias import LEARNED
@@ -21,7 +22,7 @@ CFG = ModelConfig(vocab_size=257, num_layers=2, d_model=16, expansion=24, qk_siz
 
 
 def _init(cfg, length=12):
-  model = GAULM(cfg)
+  model = build_model(cfg)
   return model, model.init(jax.random.PRNGKey(0), jnp.zeros([1, length], jnp.int32))["params"]
 
 
@@ -86,23 +87,57 @@ def test_rms_norm_by_hand():
   np.testing.assert_allclose(np.asarray(rms_norm(x, eps=0.0)), x / np.sqrt(12.5), rtol=1e-6)
 
 
-@pytest.mark.parametrize("changes", [
-    dict(attention="baseline"), dict(attention="kna", logn=True), dict(attention="cosa"),
-    dict(attention="qna", position="nope"), dict(qk_norm="rmsnorm", norm_position="pre"),
-    dict(qk_norm="layernorm", ssmax=True), dict(position="alibi"), dict(position="sinusoidal"),
-    dict(position="learned", train_length=12), dict(position="xpos"),
-    dict(position="kerple_log"), dict(position="fire"), dict(position="randomized_rope"),
-    dict(position="p_rope"), dict(position="hwfa", attention="kna"),
-])
-@pytest.mark.parametrize("scaling", [EvalColumn(),
-                                     EvalColumn(inference_method("rerope", rerope_window=3)),
-                                     EvalColumn(inference_method("yarn", factor=2.0), True),
-                                     EvalColumn(inference_method("streaming", window=4,
-                                                                 sink_tokens=2))])
-def test_model_is_causal(changes, scaling):
-  cfg = dataclasses.replace(CFG, **{"train_length": 8, **changes})
+# Each architecture's settings, each under "none" and under one inference-time column in turn (a
+# window, ReRoPE with post-hoc log n, YaRN, streaming's sinks, LM-Infinite's), so that every column
+# meets several settings.
+CAUSAL_SETTINGS = {
+    "gau": [dict(attention="baseline"), dict(attention="kna", logn=True), dict(attention="cosa"),
+            dict(attention="qna", position="nope"), dict(qk_norm="rmsnorm", norm_position="pre"),
+            dict(qk_norm="layernorm", ssmax=True), dict(position="alibi"),
+            dict(position="sinusoidal"), dict(position="learned", train_length=12),
+            dict(position="xpos"), dict(position="kerple_log"), dict(position="fire"),
+            dict(position="randomized_rope"), dict(position="p_rope"),
+            dict(position="hwfa", attention="kna")],
+    "transformer": [dict(attention="kna"), dict(position="alibi", num_heads=4, num_kv_heads=2),
+                    dict(position="xpos", qk_norm="layernorm"), dict(position="hwfa", ssmax=True),
+                    dict(position="fire"),
+                    dict(position="randomized_rope", attention="cosa", logn=True)],
+}
+COLUMNS = [EvalColumn(inference_method("window", window=5)),
+           EvalColumn(inference_method("rerope", rerope_window=3), True),
+           EvalColumn(inference_method("yarn", factor=2.0)),
+           EvalColumn(inference_method("streaming", window=4, sink_tokens=2)),
+           EvalColumn(inference_method("lm_infinite", n_global=2, n_local=4))]
+
+
+def _causal_config(architecture, changes):
+  fields = dict(architecture=architecture, num_layers=2, d_model=16, train_length=8)
+  fields.update(dict(expansion=24, qk_size=8) if architecture == "gau" else dict(num_heads=2))
+  return ModelConfig(**{**fields, **changes})
+
+
+def _causal_cases():
+  """(architecture, changes, column): each setting under "none" and under the next column (in
+  turn) that applies to it."""
+  cases, turn = [], 0
+  for architecture, settings in CAUSAL_SETTINGS.items():
+    for changes in settings:
+      cfg = _causal_config(architecture, changes)
+      applies = [c for c in COLUMNS[turn:] + COLUMNS[:turn]
+                 if c.method.skip_reason(cfg.position_method, cfg.heads) is None]
+      turn = (COLUMNS.index(applies[0]) + 1) % len(COLUMNS)
+      cases += [(architecture, changes, EvalColumn()), (architecture, changes, applies[0])]
+  return cases
+
+
+@pytest.mark.parametrize("architecture, changes, column", _causal_cases(), ids=lambda x: (
+    ",".join(f"{k}={v}" for k, v in x.items()) or "-" if isinstance(x, dict)
+    else x.label if isinstance(x, EvalColumn) else x))
+def test_the_models_are_causal(architecture, changes, column):
+  """A token changed at position 7 changes no logit before it, and some logit from it on."""
+  cfg = _causal_config(architecture, changes)
   _, params = _init(cfg)
-  model = GAULM(cfg, scaling)
+  model = build_model(cfg, column)
   tokens = np.random.default_rng(0).integers(0, 256, size=(2, 12)).astype(np.int32)
   changed = tokens.copy()
   changed[:, 7] = (changed[:, 7] + 1) % 256
