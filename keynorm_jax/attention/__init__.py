@@ -1,6 +1,7 @@
 """Causal attention of the KeyNorm study: one definition, kernels behind a registry.
 
   spec.py      Spec (one call's settings, defaults resolved, checked) and Learned (its arrays)
+  far.py       the far rotations, one frozen record each (ReRoPE, SelfExtend, String, ...)
   prepare.py   q', k', the per-query factor and the score modifications (Mods), once
   scores.py    the scores of a block of queries against a block of keys: biases and masks
   kernels/     reference (the definition), cpu, blocked, cudnn, xla; `select` picks one
