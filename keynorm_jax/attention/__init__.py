@@ -12,7 +12,8 @@
 from keynorm_jax.attention.api import attend, block_sizes, causal_attention, query_block_size
 from keynorm_jax.attention.kernels import KERNELS, NAMES as KERNEL_NAMES, select
 from keynorm_jax.attention.prepare import l2_normalize
-from keynorm_jax.attention.spec import VARIANTS, Learned, Spec, cosa_default_scale
+from keynorm_jax.attention.spec import (VARIANTS, Learned, ScoreRules, Spec,
+                                        cosa_default_scale)
 
-__all__ = ["KERNELS", "KERNEL_NAMES", "VARIANTS", "Learned", "Spec", "attend", "block_sizes",
-           "causal_attention", "cosa_default_scale", "l2_normalize", "query_block_size", "select"]
+__all__ = ["KERNELS", "KERNEL_NAMES", "VARIANTS", "Learned", "ScoreRules", "Spec", "attend",
+           "block_sizes", "causal_attention", "cosa_default_scale", "l2_normalize", "query_block_size", "select"]

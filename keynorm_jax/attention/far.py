@@ -51,13 +51,15 @@ def _at_least(rule: str, name: str, value, low):
 
 
 class _Rule:
-  """What every rule answers; `start` and `positions` are each rule's own."""
+  """What every rule answers; `positions` is each rule's own, and `start` its field named by
+  `starts_at`."""
   rotates: typing.ClassVar[bool] = True   # it only re-places a rotation (needs RoPE to matter)
+  starts_at: typing.ClassVar[str | None] = "window"   # the field of `start` (None: by chunk)
 
   @property
   def start(self) -> int | None:
     """The distance from which a key is far (None: the rule chooses by chunk)."""
-    raise NotImplementedError
+    return None if self.starts_at is None else getattr(self, self.starts_at)
 
   def positions(self, positions_BxT) -> FarPositions:
     raise NotImplementedError
@@ -87,10 +89,6 @@ class ReRoPE(_Rule):
     if self.leak is not None:
       _at_least("Leaky ReRoPE", "leak k", self.leak, 1)
 
-  @property
-  def start(self):
-    return self.window
-
   def positions(self, positions_BxT):
     w = float(self.window)   # the leak may be traced
     leak = math.inf if self.leak is None else self.leak
@@ -108,10 +106,6 @@ class SelfExtend(_Rule):
     _at_least("Self-Extend", "neighbor window W", self.window, 1)
     _at_least("Self-Extend", "group size G", self.group, 1)
 
-  @property
-  def start(self):
-    return self.window
-
   def positions(self, positions_BxT):
     w, g = self.window, self.group
     grouped = jnp.floor_divide(positions_BxT, g)
@@ -121,6 +115,7 @@ class SelfExtend(_Rule):
 @dataclasses.dataclass(frozen=True)
 class String(_Rule):
   """t >= shift scored at t - shift + window."""
+  starts_at = "shift"
   shift: int
   window: int
 
@@ -130,10 +125,6 @@ class String(_Rule):
       raise ValueError(f"STRING's local window W must be in [0, S = {self.shift}] (shifted "
                        f"distances stay below the unshifted ones), got {self.window}.")
 
-  @property
-  def start(self):
-    return self.shift
-
   def positions(self, positions_BxT):
     return FarPositions(positions_BxT - (self.shift - self.window))
 
@@ -142,6 +133,7 @@ class String(_Rule):
 class DualChunk(_Rule):
   """Chunks of `chunk` tokens in a model trained at `length`: intra-, successive- and inter-chunk
   positions."""
+  starts_at = None
   chunk: int
   length: int
 
@@ -149,10 +141,6 @@ class DualChunk(_Rule):
     if not 1 <= self.chunk < self.length:
       raise ValueError(f"Dual chunk attention's chunk size s must be in [1, c) for its "
                        f"pretraining length c; got s = {self.chunk}, c = {self.length}.")
-
-  @property
-  def start(self):
-    return None
 
   def positions(self, positions_BxT):
     in_chunk = jnp.remainder(positions_BxT, self.chunk)
@@ -180,10 +168,6 @@ class StreamingCache(_Rule):
     _at_least("StreamingLLM's cache", "sink tokens", self.sinks, 0)
     _at_least("StreamingLLM's cache", "window", self.window, 1)
 
-  @property
-  def start(self):
-    return self.window
-
   def positions(self, positions_BxT):
     return FarPositions(jnp.full_like(positions_BxT, self.sinks + self.window - 1))
 
@@ -197,14 +181,11 @@ class StreamingCache(_Rule):
 class DistanceLimit(_Rule):
   """Every distance capped at `limit`: t >= limit scored and biased at limit."""
   rotates: typing.ClassVar[bool] = False   # its distance moves the biases too
+  starts_at = "limit"
   limit: int
 
   def __post_init__(self):
     _at_least("The distance limit", "L", self.limit, 1)
-
-  @property
-  def start(self):
-    return self.limit
 
   def positions(self, positions_BxT):
     return FarPositions(jnp.full_like(positions_BxT, self.limit), jnp.zeros_like(positions_BxT))

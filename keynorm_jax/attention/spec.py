@@ -63,24 +63,42 @@ class Learned(NamedTuple):
   ssmax_scale: jax.Array | None = None
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class ScoreRules:
+  """The settings a position method gives a layer's scores that its attention takes as they are:
+  declared once, here, for both records (positions.AttentionSpec and Spec inherit them).
+
+  logit_scale: every score times this; llama4_temperature: (a, F): query i's scores times
+  1 + a log(1 + floor((i + 1) / F)); posthoc_ssmax: s: query i's scores times s log(i + 1).
+  far: the far rule (attention/far.py), or None. window: keep 0 <= p_i - p_j < window;
+  sink_tokens: with window, also keep p_j < sink_tokens (attention sinks).
+  scale_invariant_tau: scale-invariant attention's tau (a score S at distance t: a_t S + m_t).
+  """
+  logit_scale: float = 1.0
+  llama4_temperature: tuple[float, float] | None = None
+  posthoc_ssmax: float | None = None
+  far: Far | None = None
+  window: int | None = None
+  sink_tokens: int | None = None
+  scale_invariant_tau: float | None = None
+
+
 def _at_least(name, value, low, *, strict=False):
   if value is not None and not (value > low if strict else value >= low):
     raise ValueError(f"{name} must be {'>' if strict else '>='} {low}, got {value}.")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Spec:
-  """One attention call's settings, defaults resolved (see attention/prepare.py for the formulas).
+class Spec(ScoreRules):
+  """One attention call's settings, defaults resolved (see attention/prepare.py for the formulas):
+  ScoreRules' (a far rule that re-places rotations needs inv_freq), and
 
   variant: one of VARIANTS. cosa_scale: CosA's lambda (needed by cosa).
   inv_freq: [S / 2] RoPE frequencies (None: no rotation); attention_factor: YaRN's, every score
     times its square; xpos_gamma, xpos_scale_base: xPos's decay (needs inv_freq).
   logn_base: n0 of the trained log n (None: off); posthoc_logn_length: the inference-only log n's
     L_train (None: off). (SSMax's s is learned: Learned.ssmax_scale.)
-  logit_scale: every score times this; llama4_temperature: (a, F); posthoc_ssmax: s.
-  far: the far rule (attention/far.py), or None; a rule that re-places rotations needs inv_freq.
-  window, sink_tokens: sliding window, and the first keys kept besides it (attention sinks).
-  alibi_slopes: [H] (or one) ALiBi slopes. scale_invariant_tau: scale-invariant attention's tau.
+  alibi_slopes: [H] (or one) ALiBi slopes.
   """
   variant: Variant = "baseline"
   cosa_scale: float | None = None
@@ -90,14 +108,7 @@ class Spec:
   xpos_scale_base: float = 512.0
   logn_base: float | None = None
   posthoc_logn_length: int | None = None
-  logit_scale: float = 1.0
-  llama4_temperature: tuple[float, float] | None = None
-  posthoc_ssmax: float | None = None
-  far: Far | None = None
-  window: int | None = None
-  sink_tokens: int | None = None
   alibi_slopes: np.ndarray | jax.Array | float | None = None
-  scale_invariant_tau: float | None = None
 
   def __post_init__(self):
     if self.variant not in VARIANTS:

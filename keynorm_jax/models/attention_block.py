@@ -46,15 +46,14 @@ def layer_specs(cfg: ModelConfig, column: positions.EvalColumn, length: int) -> 
   return tuple(specs)
 
 
-# How each field of a layer's positions.AttentionSpec reaches its attention: the fields named here
-# are resolved with the model's settings (RoPE's frequencies at the head size and length, log n's
-# n0, ALiBi's slopes as an array) or build the layer's Learned arrays (position_bias.LEARNED); every
-# other field is an attention.Spec field of the same name, taken as it is (AS_GIVEN: a new field is
-# one of them or an error, never dropped; tests/test_model.py checks the partition).
+# How each field of a layer's positions.AttentionSpec reaches its attention: attention.ScoreRules'
+# fields, declared once there for both records, are taken as they are (AS_GIVEN); the others are
+# resolved with the model's settings (RESOLVED: RoPE's frequencies at the head size and length,
+# log n's n0, ALiBi's slopes as an array) or build the layer's Learned arrays (LEARNED_FROM:
+# position_bias.LEARNED). tests/test_model.py checks that every field is one of them.
+AS_GIVEN = tuple(f.name for f in dataclasses.fields(attention.ScoreRules))
 RESOLVED = ("rotary", "logn", "posthoc_logn", "alibi_slopes")
 LEARNED_FROM = ("learned_bias", "forget_gate", "cope_positions")
-AS_GIVEN = tuple(f.name for f in dataclasses.fields(positions.AttentionSpec)
-                 if f.name not in RESOLVED + LEARNED_FROM)
 
 
 def attention_spec(cfg: ModelConfig, spec: positions.AttentionSpec, seq_length: int

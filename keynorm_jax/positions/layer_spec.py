@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from keynorm_jax import rope
-from keynorm_jax.attention.far import Far
+from keynorm_jax.attention.spec import ScoreRules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,40 +53,26 @@ def rope_scaling_defaults() -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class AttentionSpec:
-  """Position settings of one attention layer.
+class AttentionSpec(ScoreRules):
+  """Position settings of one attention layer: attention.ScoreRules' (its far rule, window, sinks,
+  temperatures, scale-invariant's tau: the attention takes them as they are), and
 
   Attributes:
     rotary: RoPE settings, or None for no rotation (NoPE, absolute, bias methods).
-    far: the far rule (attention.far: ReRoPE, SelfExtend, String, DualChunk, StreamingCache), or
-      None: where the keys past a distance are scored from.
-    window: keep keys with 0 <= i - j < window.
-    sink_tokens: with window, also keep keys j < sink_tokens (attention sinks).
     alibi_slopes: one slope per head; the bias -m (i - j) is added to the scores.
     learned_bias: "kerple_log" or "fire": the layer owns a learnable bias of that kind.
     forget_gate: FoX: the layer owns per-head forget gates f_t = sigmoid(w . x_t + b) on its input
       x_t, adding sum_{l=j+1..i} log f_l to the scores.
     cope_positions: CoPE: the layer owns position embeddings e [head size, cope_positions] and adds
       q_i . e[p_ij] at the contextual position p_ij (capped at cope_positions - 1).
-    scale_invariant_tau: scale-invariant attention's tau: a score S at distance t becomes a_t S + m_t.
-    logit_scale: every score times this (an inference-time temperature rule).
-    llama4_temperature: (a, F): query i's scores times 1 + a log(1 + floor((i + 1) / F)).
-    posthoc_ssmax: s: query i's scores times s log(i + 1).
     logn: trained log n on (True), off (False) or as the model is configured (None).
     posthoc_logn: inference-only max(1, log(i + 1) / log(L_train)) on the scores.
   """
   rotary: RotarySpec | None = None
-  far: Far | None = None
-  window: int | None = None
-  sink_tokens: int | None = None
   alibi_slopes: tuple[float, ...] | None = None
   learned_bias: str | None = None
   forget_gate: bool = False
   cope_positions: int | None = None
-  scale_invariant_tau: float | None = None
-  logit_scale: float = 1.0
-  llama4_temperature: tuple[float, float] | None = None
-  posthoc_ssmax: float | None = None
   logn: bool | None = None
   posthoc_logn: bool = False
 
