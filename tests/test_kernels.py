@@ -34,11 +34,13 @@ REFUSED = {
 }
 # The same cases with the GAU's layout (values wider than q and k) for the shape refusals.
 ALL_CASES = sorted(CASES) + ["values_wider"]
+# A variant reaches a kernel as q's per-query multiplier (prepare.py: the same for every kernel and
+# variant), so one variant with log n and SSMax's learnable scale holds the kernels' gradient
+# through it (qna: q normalized too); the others' multipliers differ only in number.
 GRADIENT_CASES = ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block", "window_alibi",
                   "xpos", "random_positions_per_row", "ssmax", "cosa_rope_logn", "fire_sinks",
                   "fire", "values_wider", "fox_window_kna", "scale_invariant_sinks",
-                  "stickbreaking_window_rope", "cope_kna_window", "dca", "baseline_rope_logn_ssmax",
-                  "qna_rope_logn_ssmax", "kna_rope_logn_ssmax", "cosa_rope_logn_ssmax"]
+                  "stickbreaking_window_rope", "cope_kna_window", "dca", "qna_rope_logn_ssmax"]
 # Computed forward only (two calls merged by log-sum-exps): differentiating them raises.
 FORWARD_ONLY = {"xla": {"rerope", "leaky_rerope", "sinks_over_a_block", "fire_sinks",
                         "self_extend", "string"}}
