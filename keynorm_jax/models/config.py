@@ -13,6 +13,7 @@ import jax
 from keynorm_jax import positions
 
 from keynorm_jax.attention import KERNEL_NAMES, VARIANTS, cosa_default_scale
+from keynorm_jax.attention.spec import Variant
 from keynorm_jax.errors import ConfigError
 
 ARCHITECTURES = ("gau", "transformer")
@@ -56,7 +57,7 @@ class ModelConfig:
   # Both.
   dropout: float = 0.0
   tie_embeddings: bool = False
-  attention: str = "baseline"
+  attention: Variant = "baseline"
   logn: bool = False
   logn_base: float = 0.0
   qk_norm: str = "none"
