@@ -16,4 +16,5 @@ from keynorm_jax.attention.spec import (VARIANTS, Learned, ScoreRules, Spec,
                                         cosa_default_scale)
 
 __all__ = ["KERNELS", "KERNEL_NAMES", "VARIANTS", "Learned", "ScoreRules", "Spec", "attend",
-           "block_sizes", "causal_attention", "cosa_default_scale", "l2_normalize", "query_block_size", "select"]
+           "block_sizes", "causal_attention", "cosa_default_scale", "l2_normalize",
+           "query_block_size", "select"]
