@@ -316,10 +316,10 @@ def effective_relative_position(i, j, window=None, sink_tokens=None):
 
 
 def lm_infinite_position(n_global, n_local, limit):
-  """LM-Infinite (Han et al. 2024, arXiv 2308.16137): (i, j) -> the distance at which
-  query i sees key j, or None where masked. Its Lambda-shaped mask keeps the n_global starting tokens and
-  the n_local nearest ones (j < n_global or i - j < n_local, j <= i); its distance limit caps every
-  distance at limit (the pretraining length): d = min(i - j, limit)."""
+  """LM-Infinite (Han et al. 2024, arXiv 2308.16137): (i, j) -> the distance at which query i
+  sees key j, or None where masked. Its Lambda-shaped mask keeps the n_global starting tokens
+  and the n_local nearest ones (j < n_global or i - j < n_local, j <= i); its distance limit caps
+  every distance at limit (the pretraining length): d = min(i - j, limit)."""
   def position(i, j):
     if j > i or not (j < n_global or i - j < n_local):
       return None
