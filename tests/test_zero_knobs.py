@@ -88,7 +88,9 @@ def test_p_rope_with_fraction_zero_trains_as_nope(tmp_path, data_dir):
 
 def test_drope_with_drop_share_zero_trains_rope_throughout(tmp_path, data_dir):
   """No step without RoPE: the RoPE run's losses, and its checkpoint evaluated as RoPE."""
-  settings = dict(data_dir=data_dir, num_train_steps=3, checkpoint_every_steps=3, eval_windows=2)
+  # test_drope.py's settings: its RoPE run's programs are compiled once for both files (the
+  # session's compilation cache), and the drop_share-0 run's RoPE phase is that model.
+  settings = dict(data_dir=data_dir, num_train_steps=6, checkpoint_every_steps=2, eval_windows=2)
   config = tiny_config("transformer_baseline_drope", **settings)
   config.model.position_options.drop_share = 0.0
   training.train_and_evaluate(config, tmp_path / "drope")
@@ -96,4 +98,4 @@ def test_drope_with_drop_share_zero_trains_rope_throughout(tmp_path, data_dir):
                               tmp_path / "rope")
   assert losses(tmp_path / "drope") == losses(tmp_path / "rope")
   run = load_run(tmp_path / "drope", warn=lambda message: None)
-  assert (run.step, run.config.model.position) == (3, "rope")
+  assert (run.step, run.config.model.position) == (6, "rope")
