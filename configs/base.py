@@ -5,9 +5,21 @@ keynorm_jax/run_config.py: MODEL_SIZES) or from the rule written beside them. Th
 unpacked as is into keynorm_jax.models.ModelConfig.
 """
 
-import ml_collections
+import dataclasses
 
-from keynorm_jax.positions import indices_knob_defaults, knob_defaults, rope_scaling_defaults
+import ml_collections
+from ml_collections import config_dict
+
+from keynorm_jax.positions import (INDICES, TRAINING_METHODS, RotarySpec, indices_knob_defaults,
+                                   knob_defaults, knob_type, rope_scaling_defaults)
+
+
+def _knobs(defaults: dict, fields: dict) -> ml_collections.ConfigDict:
+  """A section of knobs with their defaults; a knob left unset (None) is a placeholder of its type,
+  so that --config.<section>.<knob>=value can set it."""
+  return ml_collections.ConfigDict({
+      name: config_dict.placeholder(knob_type(fields[name])) if value is None else value
+      for name, value in defaults.items()})
 
 
 def get_config(name="baseline_rope", *, attention="baseline", position="rope", logn=False,
@@ -27,18 +39,19 @@ def get_config(name="baseline_rope", *, attention="baseline", position="rope", l
   m.ssmax = ssmax                 # SSMax: scores of query i times s log(i + 1), s learnable per head
   m.cosa_scale = 0.0              # CosA lambda; 0 = 4 log(train_length / 2)
   m.position = position           # a training-time position method: see README's method table
-  m.position_options = ml_collections.ConfigDict(
-      {**knob_defaults(position), **(position_options or {})})  # its knobs; 0 = its default
+  m.position_options = _knobs({**knob_defaults(position), **(position_options or {})},
+                              TRAINING_METHODS.knobs())  # its knobs; unset (None) = its default
   m.indices = "integer"           # the position indices every encoding reads: integer (token t at
                                   # t) / random_integer / ...: see README's method table
-  m.indices_options = ml_collections.ConfigDict(indices_knob_defaults())  # every indices knob;
-                                  # 0 = its default
+  m.indices_options = _knobs(indices_knob_defaults(), INDICES.knobs())  # every indices knob;
+                                  # unset (None) = its default
   m.rope_theta = 10000.0
-  m.rope_scaling = ml_collections.ConfigDict(rope_scaling_defaults())  # the model's own RoPE
+  m.rope_scaling = _knobs(rope_scaling_defaults(),
+                          {f.name: f for f in dataclasses.fields(RotarySpec)})  # its own RoPE
                                   # scaling, in training and at every length (a Hugging Face
                                   # config's rope_scaling): type none / linear / ntk / dynamic_ntk /
-                                  # yarn / llama3, its factor and knobs; original_length 0 = the
-                                  # training length
+                                  # yarn / llama3, its factor and knobs; original_length unset =
+                                  # the training length
   m.num_layers = 0                # 0 = from model_size (all shape fields)
   m.d_model = 0
   m.expansion = 0                 # GAU: e

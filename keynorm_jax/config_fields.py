@@ -22,7 +22,8 @@ class Field:
   """A config field's type (bool, int, float or str) and its valid values.
 
   low / high: bounds (included unless low_open / high_open); choices: the allowed strings;
-  nonempty: a string that must not be ""; meaning: a few words shown with a refusal.
+  nonempty: a string that must not be ""; optional: None (unset) is allowed too; meaning: a few
+  words shown with a refusal.
   """
   kind: type
   low: float = -_INF
@@ -31,6 +32,7 @@ class Field:
   high_open: bool = False
   choices: tuple = ()
   nonempty: bool = False
+  optional: bool = False
   meaning: str = ""
 
   def valid(self) -> str:
@@ -44,11 +46,14 @@ class Field:
     noun = "an integer" if self.kind is int else "a finite number"
     low = f"{'>' if self.low_open else '>='} {self.low:g}" if self.low > -_INF else ""
     high = f"{'<' if self.high_open else '<='} {self.high:g}" if self.high < _INF else ""
+    unset = " (or unset)" if self.optional else ""
     if low and high:
-      return f"{noun} {low} and {high}"
-    return f"{noun} {low or high}".rstrip()
+      return f"{noun} {low} and {high}{unset}"
+    return f"{noun} {low or high}".rstrip() + unset
 
   def accepts(self, value) -> bool:
+    if value is None:
+      return self.optional
     if self.kind is bool:
       return isinstance(value, bool)
     if self.kind is str:
@@ -129,8 +134,9 @@ FIELDS = {
     "model.rope_theta": Field(float, low=1.0, low_open=True, meaning="the RoPE base"),
     "model.rope_scaling.type": _text(),
     "model.rope_scaling.factor": Field(float, low=1.0, meaning="the trained RoPE scaling's factor"),
-    "model.rope_scaling.original_length": _count(
-        low=0, meaning="the length the scaling scales from; 0 = train_length"),
+    "model.rope_scaling.original_length": Field(
+        int, low=1, optional=True,
+        meaning="the length the scaling scales from; unset: train_length"),
     "model.rope_scaling.beta_fast": Field(float, low=0.0, low_open=True, meaning="YaRN's beta_fast"),
     "model.rope_scaling.beta_slow": Field(float, low=0.0, low_open=True, meaning="YaRN's beta_slow"),
     "model.rope_scaling.low_freq_factor": Field(float, low=0.0, low_open=True,

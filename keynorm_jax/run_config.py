@@ -6,6 +6,7 @@ from the model_size preset of the model's architecture, `validate` rejects what 
 message that says what to do, and `model_config` gives the model's static description.
 """
 
+import copy
 import difflib
 import importlib.util
 import pathlib
@@ -217,6 +218,23 @@ def build_model(config: ml_collections.ConfigDict, column=positions.EvalColumn()
   return _build_model(model_config(config), column)
 
 
+# The model sections whose unset knobs are None (issue 68); a config saved before wrote 0 for them.
+_KNOB_SECTIONS = ("position_options", "indices_options", "rope_scaling")
+
+
+def _unset_knobs_as_none(saved: dict, expected: dict) -> dict:
+  """A copy of a saved config with every unset knob None: a config written before "unset" became
+  None wrote 0 for a knob left unset, and every such knob (its default None) refuses 0, so a saved
+  0 there can only mean unset."""
+  saved = copy.deepcopy(saved)
+  for section in _KNOB_SECTIONS:
+    knobs = saved.get("model", {}).get(section, {})
+    for name, default in expected["model"][section].items():
+      if default is None and knobs.get(name) == 0:
+        knobs[name] = None
+  return saved
+
+
 def config_from_json_dict(saved: dict) -> ml_collections.ConfigDict:
   """A config saved with a checkpoint; ConfigError if its keys differ from the code's base config."""
   _put_repo_on_path()
@@ -235,6 +253,7 @@ def config_from_json_dict(saved: dict) -> ml_collections.ConfigDict:
       out |= keys(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k}
     return out
 
+  saved = _unset_knobs_as_none(saved, expected)
   unknown = keys(saved) - keys(expected)
   if unknown:
     raise ConfigError(

@@ -17,26 +17,26 @@ def token_scores(logits_BxTxV, targets_BxT):
 
 
 def make_scorer(model, *, stacked: bool = False):
-  """jit(params, windows [B, L+1], variables=None) -> (correct [B, L], nll [B, L]).
+  """jit(params, windows [B, L+1], specs=None) -> (correct [B, L], nll [B, L]).
 
-  variables: the model's variables besides its parameters (models.given_specs: every layer's
-    attention spec, whose numbers are then arguments: one compiled program for the evaluation
-    columns that differ only in numbers), or None.
+  specs: every layer's attention.Spec given to the model (models.given_specs: their numbers are
+    then arguments, one compiled program for the evaluation columns that differ only in numbers),
+    or None: the model resolves its own.
   stacked: the parameters of a seed group, with a leading seed axis [N, ...]: every member scores
   the same windows in one vmapped pass -> (correct [N, B, L], nll [N, B, L]).
   """
 
-  def score(params, windows_BxL1, variables=None):
-    logits = model.apply({"params": params, **(variables or {})}, windows_BxL1[:, :-1],
-                         deterministic=True)
+  def score(params, windows_BxL1, specs=None):
+    logits = model.apply({"params": params}, windows_BxL1[:, :-1], deterministic=True,
+                         specs=specs)
     return token_scores(logits, windows_BxL1[:, 1:])
 
   return jax.jit(jax.vmap(score, in_axes=(0, None, None)) if stacked else score)
 
 
-def score_windows(scorer, params, windows, batch_size: int, variables=None):
+def score_windows(scorer, params, windows, batch_size: int, specs=None):
   """Scores all windows [N, L+1] in batches of batch_size (the last one padded, so one compile),
-  with the scorer's `variables` (make_scorer).
+  with the scorer's `specs` (make_scorer).
 
   Returns numpy (correct [N, L], nll [N, L]); with a stacked scorer (make_scorer) each has the
   seed axis first: [S, N, L].
@@ -49,7 +49,7 @@ def score_windows(scorer, params, windows, batch_size: int, variables=None):
     real = len(batch)
     if real < batch_size:
       batch = np.concatenate([batch, np.repeat(batch[-1:], batch_size - real, axis=0)])
-    c, n = jax.device_get(scorer(params, batch, variables))
+    c, n = jax.device_get(scorer(params, batch, specs))
     correct.append(c[..., :real, :])  # (the window axis is second to last)
     nll.append(n[..., :real, :])
   return np.concatenate(correct, axis=-2), np.concatenate(nll, axis=-2)

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from keynorm_jax import attention, positions
+from keynorm_jax.attention import far
 from keynorm_jax.models.attention_block import attention_spec
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.position_bias import FireBias, KerpleLogBias
@@ -66,40 +67,49 @@ CASES = {
     "yarn_factor_posthoc_logn": dict(variant="kna", inv_freq=INV32, attention_factor=1.2,
                                      posthoc_logn_length=8),
     "xpos": dict(variant="baseline", inv_freq=INV32, xpos_gamma=0.4, xpos_scale_base=8.0),
-    "rerope": dict(variant="baseline", inv_freq=INV32, rerope_window=6),
-    "rerope_wider_than_blocks": dict(variant="kna", inv_freq=INV32, rerope_window=19, logn_base=6),
-    "rerope_alibi": dict(variant="kna", inv_freq=INV32, rerope_window=6,
+    "rerope": dict(variant="baseline", inv_freq=INV32, far=far.ReRoPE(6)),
+    "rerope_wider_than_blocks": dict(variant="kna", inv_freq=INV32, far=far.ReRoPE(19),
+                                     logn_base=6),
+    "rerope_alibi": dict(variant="kna", inv_freq=INV32, far=far.ReRoPE(6),
                          alibi_slopes=np.array(positions.alibi_slopes(H), np.float32)),
-    "leaky_rerope": dict(variant="cosa", inv_freq=INV32, rerope_window=4, leaky_rerope_factor=3.0,
-                         cosa_scale=3.0),
+    "leaky_rerope": dict(variant="cosa", inv_freq=INV32, far=far.ReRoPE(4, 3.0), cosa_scale=3.0),
     "window_smaller_than_block": dict(variant="baseline", window=3),
     "window_rope": dict(variant="kna", inv_freq=INV32, window=11),
     "window_alibi": dict(variant="baseline", window=9, alibi_slopes=0.3),
-    "sinks": dict(variant="baseline", inv_freq=INV32, window=7, sink_tokens=2),
-    "sinks_over_a_block": dict(variant="baseline", inv_freq=INV32, window=4,
-                               sink_tokens=17),   # more sinks than any key block of BLOCKS
-    "sinks_alibi": dict(variant="kna", window=6, sink_tokens=3, alibi_slopes=0.2),
+    "sinks": dict(variant="baseline", inv_freq=INV32, window=7, sink_tokens=2,
+                  far=far.StreamingCache(2, 7)),
+    "sinks_over_a_block": dict(variant="baseline", inv_freq=INV32, window=4, sink_tokens=17,
+                               far=far.StreamingCache(17, 4)),  # more sinks than a key block
+    "sinks_alibi": dict(variant="kna", window=6, sink_tokens=3, alibi_slopes=0.2,
+                        far=far.StreamingCache(3, 6)),
     "alibi_per_head": dict(variant="baseline",
                            alibi_slopes=np.array(positions.alibi_slopes(H), np.float32)),
     "ssmax": dict(variant="qna", ssmax_scale=np.array([0.4, 0.9, 1.7, 1.1], np.float32)),
     "kerple": dict(variant="kna", score_bias=learned_bias(KerpleLogBias(H))),
     "fire": dict(variant="baseline", score_bias=learned_bias(FireBias(H, 16))),
     "fire_sinks": dict(variant="baseline", inv_freq=INV32, window=8, sink_tokens=2,
-                       score_bias=learned_bias(FireBias(H, 16))),
-    "self_extend": dict(variant="kna", inv_freq=INV32, rerope_window=6, self_extend_group=3),
+                       far=far.StreamingCache(2, 8), score_bias=learned_bias(FireBias(H, 16))),
+    "self_extend": dict(variant="kna", inv_freq=INV32, far=far.SelfExtend(6, 3)),
     "scale_invariant_sinks": dict(variant="kna", window=7, sink_tokens=2, scale_invariant_tau=10.0,
+                                  far=far.StreamingCache(2, 7),
                                   inv_freq=INV32 * np.array([1, 1, 0, 0], np.float32)),  # p-RoPE
     "stickbreaking_window_rope": dict(variant="stickbreaking", inv_freq=INV32, window=9),
-    "string": dict(variant="baseline", inv_freq=INV32, rerope_window=9, string_window=3),
+    "string": dict(variant="baseline", inv_freq=INV32, far=far.String(9, 3)),
     "cope_kna_window": dict(variant="kna", window=9, cope_embeddings=np.random.default_rng(7).normal(
         size=(S, 5)).astype(np.float32)),   # positions reach the cap npos - 1 = 4
-    "dca": dict(variant="kna", inv_freq=INV32, dca_chunk=6, dca_length=8),
+    "dca": dict(variant="kna", inv_freq=INV32, far=far.DualChunk(6, 8)),
+    # LM-Infinite: a window, sinks and every distance capped (here below the window's reach, so
+    # that sinks inside the cap and past it are both scored).
+    "lm_infinite": dict(variant="kna", inv_freq=INV32, window=8, sink_tokens=3,
+                        far=far.DistanceLimit(12)),
+    "lm_infinite_alibi": dict(variant="baseline", window=6, sink_tokens=2, far=far.DistanceLimit(9),
+                              alibi_slopes=np.array(positions.alibi_slopes(H), np.float32)),
     "fox_window_kna": dict(variant="kna", window=9, log_forget=log_forget(5)),
     "shifted_positions": dict(variant="kna", inv_freq=INV32, window=10,
                               positions=np.arange(T) + 1000),
     "random_positions_per_row": dict(variant="baseline", inv_freq=INV32, window=20,
                                      positions=sorted_random_positions(1)),
-    "random_positions_rerope": dict(variant="kna", inv_freq=INV32, rerope_window=30,
+    "random_positions_rerope": dict(variant="kna", inv_freq=INV32, far=far.ReRoPE(30),
                                     positions=sorted_random_positions(2)),
 }
 

@@ -315,8 +315,20 @@ def effective_relative_position(i, j, window=None, sink_tokens=None):
   return None
 
 
+def lm_infinite_position(n_global, n_local, limit):
+  """LM-Infinite (Han et al. 2024, arXiv 2308.16137): (i, j) -> the distance at which query i
+  sees key j, or None where masked. Its Lambda-shaped mask keeps the n_global starting tokens
+  and the n_local nearest ones (j < n_global or i - j < n_local, j <= i); its distance limit caps
+  every distance at limit (the pretraining length): d = min(i - j, limit)."""
+  def position(i, j):
+    if j > i or not (j < n_global or i - j < n_local):
+      return None
+    return min(i - j, limit)
+  return position
+
+
 def attention(q, k, v, *, variant, inv_freq=None, kappa=None, bias=None, window=None, sink_tokens=None,
-              ssmax_s=None, cosa_scale=None, relative=None, logit_transform=None):
+              ssmax_s=None, cosa_scale=None, relative=None, logit_transform=None, position=None):
   """One head: q, k [T, S] (before RoPE), v [T, E] -> [T, E], explicit loops.
 
   score_ij = kappa_i * ssmax_i * variant(q_i, k_j at effective relative position t) + bias_ij, where variant is
@@ -324,6 +336,8 @@ def attention(q, k, v, *, variant, inv_freq=None, kappa=None, bias=None, window=
   ssmax_i = ssmax_s * log(i + 1). bias: None, [T, T] matrix read at (i, j), or callable bias(t, i).
   relative(i, j): the rotation's relative position of a kept pair instead of t (e.g. Self-Extend's).
   logit_transform(score, t): applied to the score before the bias (scale-invariant attention's).
+  position(i, j): the effective relative position t of a pair, or None where masked, instead of
+  effective_relative_position's (e.g. lm_infinite_position).
   """
   if sink_tokens and window is None:
     raise ValueError("sink_tokens needs window")
@@ -333,7 +347,8 @@ def attention(q, k, v, *, variant, inv_freq=None, kappa=None, bias=None, window=
   for i in range(T):
     keys, scores = [], []
     for j in range(T):
-      t = effective_relative_position(i, j, window, sink_tokens)
+      t = (effective_relative_position(i, j, window, sink_tokens) if position is None
+           else position(i, j))
       if t is None:
         continue
       angle = t if relative is None else relative(i, j)

@@ -35,6 +35,6 @@ def column_kwargs(name, *, at, train_length, rope=True, logn_base=None, **knobs)
   `name` at length `at` for a model trained at `train_length`, and the resolved column."""
   column = positions.EvalColumn(positions.inference_method(name, **knobs)).at(at, train_length)
   layer = positions.AttentionSpec(rotary=positions.RotarySpec(base=100.0) if rope else None)
-  kwargs = layer_options(column.apply(layer), rotary_dim=S,
-                                      train_length=train_length, seq_length=T, logn_base=logn_base)
+  kwargs = layer_options(column.apply(layer, train_length), rotary_dim=S,
+                         train_length=train_length, seq_length=T, logn_base=logn_base)
   return kwargs, column

@@ -7,16 +7,27 @@ import numpy as np
 import pytest
 
 from attention_cases import CASES, attend_options, causal_options, inputs
+from keynorm_jax.attention import far
 from keynorm_jax.rope import rope_inv_freq
 import numpy_reference as ref
 from shapes import B, INV32, S, T
 
-# An option of the case table -> its keyword in ref.attention; the cases with no other option.
+# An option of the case table -> its keyword in ref.attention (a far rule: ReRoPE's window and
+# leak); the cases with no other option.
 NUMPY_OPTIONS = {"variant": "variant", "inv_freq": "inv_freq", "logn_base": "logn_base",
-                 "attention_factor": "attention_factor", "rerope_window": "rerope_window",
-                 "leaky_rerope_factor": "leaky", "cosa_scale": "cosa_scale",
+                 "attention_factor": "attention_factor", "cosa_scale": "cosa_scale",
                  "posthoc_logn_length": "posthoc_logn_length"}
-NUMPY_CASES = sorted(c for c, options in CASES.items() if set(options) <= set(NUMPY_OPTIONS))
+NUMPY_CASES = sorted(c for c, options in CASES.items()
+                     if set(options) - {"far"} <= set(NUMPY_OPTIONS)
+                     and isinstance(options.get("far", far.ReRoPE(1)), far.ReRoPE))
+
+
+def _numpy_kwargs(options):
+  kwargs = {NUMPY_OPTIONS[name]: np.asarray(value, np.float64) if name == "inv_freq" else value
+            for name, value in options.items() if name != "far"}
+  if "far" in options:
+    kwargs.update(rerope_window=options["far"].window, leaky=options["far"].leak)
+  return kwargs
 
 
 def _inputs(seed=0):
@@ -28,8 +39,7 @@ def _inputs(seed=0):
 def test_variant_matches_reference(case):
   q, k, v = inputs(NUMPY_CASES.index(case))
   got, _ = attend_options(q, k, v, **CASES[case])
-  kwargs = {NUMPY_OPTIONS[name]: np.asarray(value, np.float64) if name == "inv_freq" else value
-            for name, value in CASES[case].items()}
+  kwargs = _numpy_kwargs(CASES[case])
   expected = np.zeros(got.shape)
   for b in range(q.shape[0]):
     for h in range(q.shape[2]):
@@ -48,16 +58,16 @@ def test_rope_scores_depend_only_on_relative_position():
 def test_rerope_with_window_at_least_length_equals_rope():
   q, k, v = _inputs(3)
   rope = causal_options(q, k, v, variant="kna", inv_freq=INV32)
-  rerope = causal_options(q, k, v, variant="kna", inv_freq=INV32, rerope_window=T)
+  rerope = causal_options(q, k, v, variant="kna", inv_freq=INV32, far=far.ReRoPE(T))
   np.testing.assert_allclose(np.asarray(rope), np.asarray(rerope), atol=1e-6)
 
 
 def test_leaky_rerope_tends_to_rerope():
   q, k, v = _inputs(4)
   rerope = np.asarray(causal_options(q, k, v, variant="baseline", inv_freq=INV32,
-                                       rerope_window=3))
+                                     far=far.ReRoPE(3)))
   gaps = [np.abs(np.asarray(causal_options(q, k, v, variant="baseline", inv_freq=INV32,
-                                             rerope_window=3, leaky_rerope_factor=f))
+                                           far=far.ReRoPE(3, f)))
                  - rerope).max() for f in (2.0, 20.0, 2e4)]
   assert gaps[0] > gaps[1] > gaps[2]
   assert gaps[2] < 1e-3
@@ -98,7 +108,7 @@ def test_causal():
 @pytest.mark.parametrize("block", [4, 5, 7])
 def test_query_blocks_equal_full_attention(block):
   q, k, v = _inputs(8)
-  kwargs = dict(variant="kna", inv_freq=INV32, logn_base=6, rerope_window=4)
+  kwargs = dict(variant="kna", inv_freq=INV32, logn_base=6, far=far.ReRoPE(4))
   full, full_entropy = attend_options(q, k, v, **kwargs)
   blocked, blocked_entropy = attend_options(q, k, v, query_block=block, **kwargs)
   np.testing.assert_allclose(np.asarray(full), np.asarray(blocked), atol=1e-6)
@@ -116,14 +126,14 @@ def test_jit_equals_eager():
   q, k, v = _inputs(10)
   inv, _ = rope_inv_freq(S, scaling="yarn", factor=4.0, train_length=6)
   f = lambda q, k, v: causal_options(q, k, v, variant="cosa", inv_freq=inv, cosa_scale=3.0,
-                                       rerope_window=5, logn_base=6)
+                                     far=far.ReRoPE(5), logn_base=6)
   np.testing.assert_allclose(np.asarray(jax.jit(f)(q, k, v)), np.asarray(f(q, k, v)), atol=1e-6)
 
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(variant="bogus"), "Unknown attention variant"),
     (dict(variant="cosa"), "needs cosa_scale"),
-    (dict(variant="kna", leaky_rerope_factor=4.0), "needs rerope_window"),
+    (dict(variant="kna", far=far.ReRoPE(4)), "needs inv_freq"),
     (dict(variant="kna", logn_base=1.0), "must be > 1"),
 ])
 def test_bad_options_raise(kwargs, message):

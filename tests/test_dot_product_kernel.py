@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import positions
-from keynorm_jax.attention import kernels
+from keynorm_jax.attention import far, kernels
 from keynorm_jax.attention.kernels import dot_product
 from keynorm_jax.attention.kernels.base import Shape
 from keynorm_jax.models import ModelConfig
@@ -81,7 +81,7 @@ POSITION_SETTINGS = {
     "hwfa": ["none", "window"],
     "rnope_swa": ["none"],
     "alibi": ["none", "alibi_interpolate", "ntk_alibi", "window", "posthoc_logn",
-              "posthoc_ssmax"],
+              "posthoc_ssmax", "lm_infinite"],
     "nope": ["none", "window", "streaming", "posthoc_logn", "llama4_temperature"],
     "drope": ["drope_temperature"],   # NoPE once trained
     "kerple_log": ["none", "window", "streaming"],
@@ -89,7 +89,7 @@ POSITION_SETTINGS = {
 }
 # The inference methods the kernels merge from two calls (forward only).
 POSITION_SETTINGS["rope"] += ["leaky_rerope", "rerope", "streaming", "self_extend",
-                              "yarn_temperature", "string"]
+                              "yarn_temperature", "string", "lm_infinite"]
 REFUSED_COLUMNS = {"dca"}   # three rotations chosen by chunk: the einsum kernels
 
 
@@ -112,7 +112,7 @@ def test_every_fusable_position_setting(method, column):
   column = column.at(T, TRAIN)
   for layer in ((0, 2) if method in ("hwfa", "rnope_swa") else (0,)):
     spec = column.apply(training.layer_spec(layer=layer, num_layers=3, num_heads=H,
-                                            rope_theta=100.0, train_length=TRAIN))
+                                            rope_theta=100.0, train_length=TRAIN), TRAIN)
     kwargs = layer_options(spec, rotary_dim=S, train_length=TRAIN, seq_length=T,
                                         logn_base=None)
     kwargs["variant"] = "kna" if layer == 0 else "baseline"
@@ -154,8 +154,8 @@ def test_the_settings_that_matter_really_differ():
   q, k, v = _inputs(3)
   plain = np.asarray(fused_attention(q, k, v, variant="kna", inv_freq=INV32))
   for extra in (dict(window=5), dict(alibi_slopes=np.float32(0.5)), dict(attention_factor=1.2),
-                dict(logn_base=4.0), dict(posthoc_logn_length=4), dict(rerope_window=3),
-                dict(window=5, sink_tokens=2)):
+                dict(logn_base=4.0), dict(posthoc_logn_length=4), dict(far=far.ReRoPE(3)),
+                dict(window=5, sink_tokens=2, far=far.StreamingCache(2, 5))):
     changed = np.asarray(fused_attention(q, k, v, variant="kna", inv_freq=INV32, **extra))
     assert np.abs(changed - plain).max() > 1e-3, extra
 
@@ -170,8 +170,9 @@ def test_single_head_layout():
 
 @pytest.mark.parametrize("kwargs, reason", [
     (dict(window=4, positions=np.arange(T)), "not by explicit positions"),
-    (dict(rerope_window=4, positions=np.arange(T)), "not by explicit positions"),
-    (dict(rerope_window=4, window=6), "ReRoPE with a window"),
+    (dict(far=far.ReRoPE(4), positions=np.arange(T)), "not by explicit positions"),
+    (dict(far=far.ReRoPE(4), window=6), "ReRoPE with a window"),
+    (dict(far=far.ReRoPE(4), window=6, sink_tokens=2), "from inside the sinks' window"),
 ])
 def test_what_it_cannot_express_is_refused(kwargs, reason):
   q, k, v = _inputs(5)

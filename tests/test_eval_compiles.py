@@ -56,7 +56,7 @@ CASES = [
     ("kna_rope", {}, ("linear", "ntk", "dynamic_ntk", "yarn", "llama3", "yarn_temperature",
                       "drope_temperature", "posthoc_ssmax")),
     ("kna_rope", {}, ("rerope", "leaky_rerope", "self_extend", "dca", "string", "window",
-                      "streaming")),
+                      "streaming", "lm_infinite")),
     ("transformer_kna_rope", {"scan_layers": True, "remat": True},
      ("yarn", "leaky_rerope", "window")),
     ("transformer_baseline_alibi", {}, ("alibi_interpolate", "ntk_alibi")),
@@ -74,8 +74,8 @@ def test_given_specs_give_the_logits_of_the_column_built_in(name, model, methods
   cfg = run_config.model_config(config)
   params = init_params(run_config.build_model(config), 0, 32)
   tokens = _tokens(2)
-  given = jax.jit(lambda p, variables: run_config.build_model(config).apply(
-      {"params": p, **variables}, tokens))
+  given = jax.jit(lambda p, specs: run_config.build_model(config).apply(
+      {"params": p}, tokens, specs=specs))
   plain = lambda column: jax.jit(lambda p: run_config.build_model(config, column).apply(
       {"params": p}, tokens))(params)
   as_trained = plain(EvalColumn())

@@ -16,8 +16,8 @@ LAYERS = (
     {"errors": ("keynorm_jax.errors",), "seed_results": ("keynorm_jax.seed_results",),  # no imports
      "precision": ("keynorm_jax.precision",)},
     {"rope": ("keynorm_jax.rope",), "cpu": ("keynorm_jax.cpu",), "data": ("keynorm_jax.data",)},
-    {"positions": ("keynorm_jax.positions",)},                  # RoPE's angles
     {"attention": ("keynorm_jax.attention",)},                  # the CPU seam, RoPE
+    {"positions": ("keynorm_jax.positions",)},                  # RoPE's angles, the far rules
     {"models": ("keynorm_jax.models",)},                        # attention, the registries
     {"config": ("configs", "keynorm_jax.config_fields", "keynorm_jax.run_config")},  # the models
     {"storage": ("keynorm_jax.storage",)},

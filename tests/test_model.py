@@ -1,22 +1,28 @@
-"""The GAU language model: parameter count by hand, causality, options, jit."""
+"""The GAU language model: parameter count by hand, options, jit; both architectures' causality and
+the way a layer's position setting reaches its attention."""
 
 import dataclasses
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from keynorm_jax import attention, positions
+from keynorm_jax.attention import far
 from keynorm_jax.errors import ConfigError
-from keynorm_jax.models import GAULM, ModelConfig, count_params
+from keynorm_jax.models import GAULM, ModelConfig, build_model, count_params
+from keynorm_jax.models.attention_block import AS_GIVEN, LEARNED_FROM, RESOLVED, attention_spec
 from keynorm_jax.models.layers import rms_norm
+from keynorm_jax.models.position_bias import LEARNED
 from keynorm_jax.positions import EvalColumn, UnknownMethodError, inference_method
 
 CFG = ModelConfig(vocab_size=257, num_layers=2, d_model=16, expansion=24, qk_size=8)
 
 
 def _init(cfg, length=12):
-  model = GAULM(cfg)
+  model = build_model(cfg)
   return model, model.init(jax.random.PRNGKey(0), jnp.zeros([1, length], jnp.int32))["params"]
 
 
@@ -41,28 +47,97 @@ def test_seed_size_is_about_100m():
   assert 80e6 < count_params(params) < 120e6
 
 
+class _Learned(nn.Module):
+  """The LEARNED table's arrays of a layer with position spec `spec` (head size 8)."""
+  spec: positions.AttentionSpec
+
+  @nn.compact
+  def __call__(self, x):
+    return {name: build(CFG, self.spec, 8, x) for name, build in LEARNED.items()}
+
+
+def test_every_position_setting_reaches_the_attention():
+  """A layer's positions.AttentionSpec reaches its attention whole: each field is an
+  attention.Spec field of the same name (AS_GIVEN, taken by name), resolved with the model's
+  settings (RESOLVED) or the source of a learned array (LEARNED_FROM); none is dropped."""
+  assert set(AS_GIVEN) | set(RESOLVED) | set(LEARNED_FROM) == {
+      f.name for f in dataclasses.fields(positions.AttentionSpec)}
+  assert set(AS_GIVEN) <= {f.name for f in dataclasses.fields(attention.Spec)}
+  given = dict(far=far.ReRoPE(3, 2.0), window=9, sink_tokens=1, scale_invariant_tau=3.0,
+               logit_scale=1.5, llama4_temperature=(0.1, 8.0), posthoc_ssmax=0.5)
+  assert set(given) == set(AS_GIVEN)   # a new field: give it a value here
+  spec = positions.AttentionSpec(rotary=positions.RotarySpec(), alibi_slopes=(0.5,), logn=True,
+                                 posthoc_logn=True, **given)
+  resolved = attention_spec(CFG, spec, 16)
+  assert {name: getattr(resolved, name) for name in given} == given
+  assert resolved.inv_freq.shape == (CFG.head_size // 2,)
+  assert (resolved.logn_base, resolved.posthoc_logn_length) == (CFG.train_length / 2,
+                                                                CFG.train_length)
+  np.testing.assert_array_equal(resolved.alibi_slopes, np.float32([0.5]))
+  x = jnp.ones((1, 4, CFG.d_model))
+  learned = lambda spec: _Learned(spec).init_with_output(jax.random.PRNGKey(0), x)[0]
+  assert all(v is None for v in learned(positions.AttentionSpec()).values())
+  for name, value in dict(learned_bias="fire", forget_gate=True, cope_positions=5).items():
+    built = learned(positions.AttentionSpec(**{name: value}))
+    assert sum(v is not None for v in built.values()) == 1, name
+
+
 def test_rms_norm_by_hand():
   x = np.array([[3.0, 4.0]], np.float32)  # mean square 12.5
   np.testing.assert_allclose(np.asarray(rms_norm(x, eps=0.0)), x / np.sqrt(12.5), rtol=1e-6)
 
 
-@pytest.mark.parametrize("changes", [
-    dict(attention="baseline"), dict(attention="kna", logn=True), dict(attention="cosa"),
-    dict(attention="qna", position="nope"), dict(qk_norm="rmsnorm", norm_position="pre"),
-    dict(qk_norm="layernorm", ssmax=True), dict(position="alibi"), dict(position="sinusoidal"),
-    dict(position="learned", train_length=12), dict(position="xpos"),
-    dict(position="kerple_log"), dict(position="fire"), dict(position="randomized_rope"),
-    dict(position="p_rope"), dict(position="hwfa", attention="kna"),
-])
-@pytest.mark.parametrize("scaling", [EvalColumn(),
-                                     EvalColumn(inference_method("rerope", rerope_window=3)),
-                                     EvalColumn(inference_method("yarn", factor=2.0), True),
-                                     EvalColumn(inference_method("streaming", window=4,
-                                                                 sink_tokens=2))])
-def test_model_is_causal(changes, scaling):
-  cfg = dataclasses.replace(CFG, **{"train_length": 8, **changes})
+# Each architecture's settings, each under "none" and under one inference-time column in turn (a
+# window, ReRoPE with post-hoc log n, YaRN, streaming's sinks, LM-Infinite's), so that every column
+# meets several settings.
+CAUSAL_SETTINGS = {
+    "gau": [dict(attention="baseline"), dict(attention="kna", logn=True), dict(attention="cosa"),
+            dict(attention="qna", position="nope"), dict(qk_norm="rmsnorm", norm_position="pre"),
+            dict(qk_norm="layernorm", ssmax=True), dict(position="alibi"),
+            dict(position="sinusoidal"), dict(position="learned", train_length=12),
+            dict(position="xpos"), dict(position="kerple_log"), dict(position="fire"),
+            dict(position="randomized_rope"), dict(position="p_rope"),
+            dict(position="hwfa", attention="kna")],
+    "transformer": [dict(attention="kna"), dict(position="alibi", num_heads=4, num_kv_heads=2),
+                    dict(position="xpos", qk_norm="layernorm"), dict(position="hwfa", ssmax=True),
+                    dict(position="fire"),
+                    dict(position="randomized_rope", attention="cosa", logn=True)],
+}
+COLUMNS = [EvalColumn(inference_method("window", window=5)),
+           EvalColumn(inference_method("rerope", rerope_window=3), True),
+           EvalColumn(inference_method("yarn", factor=2.0)),
+           EvalColumn(inference_method("streaming", window=4, sink_tokens=2)),
+           EvalColumn(inference_method("lm_infinite", n_global=2, n_local=4))]
+
+
+def _causal_config(architecture, changes):
+  fields = dict(architecture=architecture, num_layers=2, d_model=16, train_length=8)
+  fields.update(dict(expansion=24, qk_size=8) if architecture == "gau" else dict(num_heads=2))
+  return ModelConfig(**{**fields, **changes})
+
+
+def _causal_cases():
+  """(architecture, changes, column): each setting under "none" and under the next column (in
+  turn) that applies to it."""
+  cases, turn = [], 0
+  for architecture, settings in CAUSAL_SETTINGS.items():
+    for changes in settings:
+      cfg = _causal_config(architecture, changes)
+      applies = [c for c in COLUMNS[turn:] + COLUMNS[:turn]
+                 if c.method.skip_reason(cfg.position_method, cfg.heads) is None]
+      turn = (COLUMNS.index(applies[0]) + 1) % len(COLUMNS)
+      cases += [(architecture, changes, EvalColumn()), (architecture, changes, applies[0])]
+  return cases
+
+
+@pytest.mark.parametrize("architecture, changes, column", _causal_cases(), ids=lambda x: (
+    ",".join(f"{k}={v}" for k, v in x.items()) or "-" if isinstance(x, dict)
+    else x.label if isinstance(x, EvalColumn) else x))
+def test_the_models_are_causal(architecture, changes, column):
+  """A token changed at position 7 changes no logit before it, and some logit from it on."""
+  cfg = _causal_config(architecture, changes)
   _, params = _init(cfg)
-  model = GAULM(cfg, scaling)
+  model = build_model(cfg, column)
   tokens = np.random.default_rng(0).integers(0, 256, size=(2, 12)).astype(np.int32)
   changed = tokens.copy()
   changed[:, 7] = (changed[:, 7] + 1) % 256

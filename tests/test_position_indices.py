@@ -11,7 +11,7 @@ import pytest
 
 from keynorm_jax import positions
 from keynorm_jax.errors import ConfigError
-from keynorm_jax.models import GAULM, ModelConfig
+from keynorm_jax.models import GAULM, ModelConfig, lm_parts
 from keynorm_jax.models.layers import sinusoidal_embedding
 from attention_cases import attend_options
 import numpy_positions_reference as ref
@@ -130,25 +130,39 @@ def test_randomized_rope_is_rope_at_random_integer_indices():
     np.testing.assert_array_equal(_logits(randomized, TOKENS, seed), _logits(rope, TOKENS, seed))
 
 
-@pytest.mark.parametrize("name", [n for n in positions.INDICES.names() if n != "integer"])
+# Each randomized setting's inference indices for TRAIN tokens, from its definition
+# (positions/indices.py): random_integer 0..T-1; random_float max_position (2i - 1) / (2 T),
+# i = 1..T, max_position TRAIN by default: i - 1/2; random_float_stretched max_position x t / T,
+# max_position 8 x TRAIN by default.
+INFERENCE_AT = {"random_integer": np.arange(TRAIN), "random_float": np.arange(TRAIN) + 0.5,
+                "random_float_stretched": 8.0 * np.arange(TRAIN)}
+
+
+def test_every_randomized_setting_has_its_inference_indices_written_down():
+  assert set(INFERENCE_AT) == set(positions.INDICES.names()) - {"integer"}
+
+
+@pytest.mark.parametrize("name", sorted(INFERENCE_AT))
 @pytest.mark.parametrize("position", ["rope", "alibi", "sinusoidal"])
-def test_a_model_trains_at_drawn_indices_and_infers_at_its_inference_indices(name, position):
+def test_a_model_trains_at_drawn_indices_and_infers_at_its_inference_indices(name, position,
+                                                                             monkeypatch):
   """Training batches draw afresh from the rng (two rngs, two results; one rng, one result) and
-  inference uses each setting's own indices at the training length (written out here from their
-  definitions): RoPE and ALiBi read only differences, so they give the integer model's logits when
-  the indices are the integers shifted (random_float's i - 1/2), the sinusoidal embedding only when
-  they are the integers themselves."""
-  at_inference = {"random_integer": np.arange(TRAIN), "random_float": np.arange(TRAIN) + 0.5,
-                  "random_float_stretched": 8.0 * np.arange(TRAIN)}[name]
+  inference uses the inference indices: the same logits as the model given INFERENCE_AT (and not
+  those of other indices)."""
   cfg = dataclasses.replace(CFG, position=position, indices=name)
   one, again, other = (_logits(cfg, TOKENS, seed) for seed in (1, 1, 2))
   np.testing.assert_array_equal(one, again)
   assert np.abs(one - other).max() > 0
-  plain = _logits(dataclasses.replace(cfg, indices="integer"), TOKENS)
   inferred = _logits(cfg, TOKENS)
-  same = (np.all(np.diff(at_inference) == 1) if position != "sinusoidal"
-          else np.array_equal(at_inference, np.arange(TRAIN)))
-  assert np.allclose(inferred, plain, atol=1e-5) == same
+
+  def logits_at(at):
+    with monkeypatch.context() as patch:
+      patch.setattr(lm_parts, "sequence_positions", lambda module, cfg, batch, length, _: (
+          jnp.broadcast_to(jnp.asarray(at, jnp.float32), (batch, length))))
+      return _logits(cfg, TOKENS)
+
+  np.testing.assert_allclose(inferred, logits_at(INFERENCE_AT[name]), atol=1e-6, rtol=1e-6)
+  assert np.abs(inferred - logits_at(2 * INFERENCE_AT[name] + 1)).max() > 1e-4
 
 
 @pytest.mark.parametrize("changes, words", [

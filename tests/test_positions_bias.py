@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import positions
+from keynorm_jax.attention import far
 from attention_cases import attend_options, layer_options
 from keynorm_jax.models.position_bias import FireBias, ForgetGate, KerpleLogBias
 import numpy_positions_reference as ref
@@ -36,9 +37,9 @@ def test_alibi_attention(variant, block):
 def test_alibi_inference_slopes():
   slopes = positions.alibi_slopes(8)
   spec = positions.AttentionSpec(alibi_slopes=slopes)
-  interpolated = positions.inference_method("alibi_interpolate").at(2048, 512).apply(spec)
+  interpolated = positions.inference_method("alibi_interpolate").at(2048, 512).apply(spec, 512)
   np.testing.assert_allclose(interpolated.alibi_slopes, ref.alibi_interpolated_slopes(slopes, 4))
-  ntk = positions.inference_method("ntk_alibi", factor=3.0).apply(spec)
+  ntk = positions.inference_method("ntk_alibi", factor=3.0).apply(spec, 512)
   np.testing.assert_allclose(ntk.alibi_slopes, ref.ntk_alibi_slopes(slopes, 3.0), rtol=1e-12)
 
 
@@ -111,7 +112,10 @@ def test_scale_invariant(opts, block):
   kwargs = layer_options(spec, rotary_dim=S, train_length=T, seq_length=T,
                                       logn_base=None)
   q, k, v = inputs(7)
-  got, _ = attend_options(q, k, v, variant="baseline", query_block=block, **{**kwargs, **opts})
+  cache = ({"far": far.StreamingCache(opts["sink_tokens"], opts["window"])}
+           if "sink_tokens" in opts else {})   # StreamingLLM: the sinks at their cache distance
+  got, _ = attend_options(q, k, v, variant="baseline", query_block=block,
+                          **{**kwargs, **opts, **cache})
   expected = per_head_reference(q, k, v, lambda h: dict(
       variant="baseline", inv_freq=ref.p_rope_inv_freq(S, 100.0, 0.5),
       logit_transform=ref.scale_invariant_logit(tau), **opts))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import positions
+from keynorm_jax.attention import far
 from attention_cases import attend_options, layer_options
 from keynorm_jax.rope import p_rope_mask, rope_inv_freq
 import numpy_positions_reference as ref
@@ -22,9 +23,9 @@ from positions_helpers import B, BLOCKS, INV, S, T, check, column_kwargs, inputs
 def test_xpos(block, rerope):
   """xPos, and ReRoPE on an xPos model: the decay at the distance the rotation uses (clipped)."""
   q, k, v = inputs(7, heads=1)
-  got, _ = attend_options(q, k, v, variant="baseline", inv_freq=INV.astype(np.float32), xpos_gamma=0.4,
-                  xpos_scale_base=8.0, query_block=block,   # a small scale base: strong decay
-                  rerope_window=rerope)
+  got, _ = attend_options(q, k, v, variant="baseline", inv_freq=INV.astype(np.float32),
+                          xpos_gamma=0.4, xpos_scale_base=8.0,   # a small scale base: strong decay
+                          query_block=block, far=None if rerope is None else far.ReRoPE(rerope))
   relative = None if rerope is None else (lambda i, j: min(i - j, rerope))
   expected = np.zeros_like(np.asarray(got), dtype=np.float64)
   for b in range(B):
@@ -81,8 +82,8 @@ def test_llama3_matches_hf_formula(setting):
 def test_self_extend(group, window, block):
   """Self-Extend against the NumPy reference's grouped relative positions (LongLM's code)."""
   q, k, v = inputs(6)
-  got, _ = attend_options(q, k, v, variant="kna", inv_freq=INV.astype(np.float32), rerope_window=window,
-                  self_extend_group=group, query_block=block)
+  got, _ = attend_options(q, k, v, variant="kna", inv_freq=INV.astype(np.float32),
+                          far=far.SelfExtend(window, group), query_block=block)
   expected = per_head_reference(q, k, v, lambda h: dict(
       variant="kna", inv_freq=INV, relative=ref.self_extend_relative(group, window)))
   check(got, expected)
@@ -95,9 +96,8 @@ def test_self_extend_defaults_and_bad_knobs():
   assert 128 + (8192 - 128) / 38 <= 2 / 3 * 512 < 128 + (8192 - 128) / 37
   with pytest.raises(ValueError, match="self_extend_group must be at least 1"):
     positions.inference_method("self_extend", self_extend_group=0)
-  q, k, v = inputs(0)
-  with pytest.raises(ValueError, match="self_extend_group needs rerope_window"):
-    attend_options(q, k, v, variant="kna", inv_freq=INV.astype(np.float32), self_extend_group=2)
+  with pytest.raises(ValueError, match="Self-Extend's group size G must be >= 1, got 0"):
+    far.SelfExtend(4, 0)
 
 
 @pytest.mark.parametrize("block", BLOCKS)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from keynorm_jax import positions
+from keynorm_jax.attention import far
 from attention_cases import attend_options
 import numpy_positions_reference as ref
 from positions_helpers import BLOCKS, H, INV, T, check, column_kwargs, inputs, per_head_reference
@@ -27,8 +28,11 @@ def test_window_and_streaming(opts, block):
   opts = dict(opts)
   rope, alibi = opts.pop("rope", False), opts.pop("alibi", None)
   q, k, v = inputs(2)
-  got, _ = attend_options(q, k, v, variant="baseline", inv_freq=INV.astype(np.float32) if rope else None,
-                  alibi_slopes=alibi, query_block=block, **opts)
+  cache = (far.StreamingCache(opts["sink_tokens"], opts["window"]) if "sink_tokens" in opts
+           else None)   # StreamingLLM: the sinks outside the window at their cache distance
+  got, _ = attend_options(q, k, v, variant="baseline",
+                          inv_freq=INV.astype(np.float32) if rope else None, alibi_slopes=alibi,
+                          far=cache, query_block=block, **opts)
   bias = (lambda t, i: -alibi * t) if alibi else None
   expected = per_head_reference(q, k, v, lambda h: dict(
       variant="baseline", inv_freq=INV if rope else None, bias=bias, **opts))
@@ -39,11 +43,44 @@ def test_window_at_least_length_is_full_and_streaming_without_sinks_is_window():
   q, k, v = inputs(3)
   inv = INV.astype(np.float32)
   full, _ = attend_options(q, k, v, variant="kna", inv_freq=inv)
-  check(attend_options(q, k, v, variant="kna", inv_freq=inv, window=T)[0], np.asarray(full), atol=1e-6)
+  check(attend_options(q, k, v, variant="kna", inv_freq=inv, window=T)[0], np.asarray(full),
+        atol=1e-6)
   window, _ = attend_options(q, k, v, variant="kna", inv_freq=inv, window=4)
-  check(attend_options(q, k, v, variant="kna", inv_freq=inv, window=4, sink_tokens=0)[0],
-         np.asarray(window), atol=1e-6)
+  check(attend_options(q, k, v, variant="kna", inv_freq=inv, window=4, sink_tokens=0,
+                       far=far.StreamingCache(0, 4))[0], np.asarray(window), atol=1e-6)
   assert np.abs(np.asarray(window) - np.asarray(full)).max() > 1e-3  # the window does bite
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("rope, alibi, knobs", [
+    (True, None, dict(n_global=2)),               # the paper's n_local = L: every sink past L
+    (True, None, dict(n_global=3, n_local=3)),    # sinks inside the cap (3 <= t < 5) and past it
+    (False, 0.3, dict(n_global=2, n_local=4)),    # ALiBi's bias capped too (the paper's MPT code)
+])
+def test_lm_infinite(rope, alibi, knobs, block):
+  """LM-Infinite through the inference method (a model trained at L = 5, run at T = 12) against
+  the NumPy reference written from the paper: the Lambda-shaped mask and min(i - j, L)."""
+  train = 5
+  kwargs, column = column_kwargs("lm_infinite", at=T, train_length=train, rope=rope, **knobs)
+  q, k, v = inputs(12)
+  got, _ = attend_options(q, k, v, variant="baseline", query_block=block,
+                          **kwargs, **({} if alibi is None else {"alibi_slopes": alibi}))
+  position = ref.lm_infinite_position(knobs["n_global"], column.method.n_local, train)
+  check(got, per_head_reference(q, k, v, lambda h: dict(
+      variant="baseline", inv_freq=INV if rope else None, position=position,
+      bias=None if alibi is None else (lambda t, i: -alibi * t))))
+
+
+def test_lm_infinite_defaults_and_refusals():
+  """The paper's defaults: n_global = 10, n_local = the training length."""
+  method = positions.inference_method("lm_infinite").at(8192, 512)
+  assert (method.n_global, method.n_local) == (10, 512)
+  with pytest.raises(ValueError, match="n_local must be at least 1"):
+    positions.inference_method("lm_infinite", n_local=0)
+  with pytest.raises(ValueError, match="n_global must be >= 0"):
+    positions.inference_method("lm_infinite", n_global=-1)
+  with pytest.raises(ValueError, match="n_local 9 must be at most the training length 8"):
+    positions.inference_method("lm_infinite", n_local=9).at(64, 8)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
@@ -106,7 +143,7 @@ def test_query_temperature_rules(name, knobs, factor):
   if name == "llama4_temperature":   # the layers with RoPE are left as they are
     assert "every rope layer has RoPE" in column.method.skip_reason(rope, H)
     rotary = positions.AttentionSpec(rotary=positions.RotarySpec())
-    assert column.apply(rotary) == rotary
+    assert column.apply(rotary, 512) == rotary
 
 
 def test_qk_layernorm_matches_reference():

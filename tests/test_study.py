@@ -11,8 +11,8 @@ import pytest
 from keynorm_jax.evaluation.retrieval import evaluate_retrieval
 from keynorm_jax.study import plan, results_page, runner
 from keynorm_jax.study.records import RecordStore
-from keynorm_jax.study.report import (architecture_table, copy_accuracies, training_summary,
-                                     within_window_retention, write_report)
+from keynorm_jax.study.field_page import (architecture_table, copy_accuracies, training_summary,
+                                          within_window_retention, write_field_page)
 from keynorm_jax.study.runner import run_one, step_seconds
 
 pytestmark = pytest.mark.slow
@@ -97,7 +97,7 @@ def test_a_tiny_study_run_is_recorded_skipped_and_reported(tmp_path, reference_k
   assert methods == {"none", "alibi_interpolate", "window", "streaming"}  # ntk_alibi: one head
   assert all(r["repeat_period"] == 8 for r in record["records"] if r["set"] == "repeated")
   assert not (tmp_path / "runs" / entry.key).exists()                    # scratch run removed
-  page = write_report(store.all(), store.directory)
+  page = write_field_page(store.all(), store.directory)
   text = page.read_text()
   assert (store.directory / "by_position_gau.png").exists()
   assert (store.directory / "reach_gau.png").exists()
@@ -178,7 +178,7 @@ def test_shards_split_the_plan_into_disjoint_parts_that_cover_it():
 
 
 def test_tables_name_the_code_version_and_device_of_each_record():
-  from keynorm_jax.study.report import made_with  # pylint: disable=import-outside-toplevel
+  from keynorm_jax.study.field_page import made_with  # pylint: disable=import-outside-toplevel
   gpu = {"provenance": {"code_version": "bc23a3865d3b", "device": "NVIDIA H100 80GB HBM3",
                         "commit": "686c25fb"}}
   old = {"provenance": {"code_version": "0123456789ab", "backend": "cpu", "commit": None}}
@@ -232,7 +232,7 @@ def test_a_tiny_retrieval_run_is_recorded_with_its_retrieval_results(tmp_path, m
   assert found == {(t, 192, "none") for t in ("passkey", "mqar")} | {
       (t, 384, m) for t in ("passkey", "mqar") for m in options}
   assert all(len(r["accuracy_by_depth"]) == 10 and r["prompts"] == 1 for r in record["retrieval"])
-  page = write_report(store.all(), store.directory).read_text()
+  page = write_field_page(store.all(), store.directory).read_text()
   assert "## Retrieval beyond the training length" in page
   assert page.count("| `kna_rope+retrieval50` |") >= 2 + len(options)  # by length and options
   assert (store.directory / "needle" / f"{entry.key}.png").exists()      # its heat map

@@ -1,5 +1,6 @@
 """The Transformer and one GAU layer against NumPy written from their definitions
-(tests/numpy_layers_reference.py); parameter counts by hand; causality; config checks."""
+(tests/numpy_layers_reference.py); parameter counts by hand; config checks. (Causality, of both
+architectures: test_model.py.)"""
 
 import dataclasses
 import math
@@ -206,27 +207,6 @@ def test_size_presets():
   seed = _preset("seed")
   assert (seed.num_layers, seed.d_model, seed.heads, seed.head_size) == (12, 768, 12, 64)
   assert 80e6 < counts["seed"] < 120e6
-
-
-@pytest.mark.parametrize("changes", [
-    dict(attention="kna"), dict(position="alibi", num_heads=4, num_kv_heads=2),
-    dict(position="xpos", qk_norm="layernorm"), dict(position="hwfa", ssmax=True),
-    dict(position="fire"), dict(position="randomized_rope", attention="cosa", logn=True),
-])
-@pytest.mark.parametrize("column", [
-    EvalColumn(), EvalColumn(inference_method("rerope", rerope_window=3), True),
-    EvalColumn(inference_method("streaming", window=4, sink_tokens=2))])
-def test_transformer_is_causal(changes, column):
-  cfg = _transformer(**changes)
-  model = TransformerLM(cfg, column)
-  tokens = np.random.default_rng(0).integers(0, 256, size=(2, 12)).astype(np.int32)
-  params = model.init(jax.random.PRNGKey(0), tokens)["params"]
-  changed = tokens.copy()
-  changed[:, 7] = (changed[:, 7] + 1) % 256
-  a = np.asarray(model.apply({"params": params}, tokens))
-  b = np.asarray(model.apply({"params": params}, changed))
-  np.testing.assert_array_equal(a[:, :7], b[:, :7])
-  assert np.abs(a[:, 7:] - b[:, 7:]).max() > 0
 
 
 def test_diagnostics_are_per_head():

@@ -64,7 +64,7 @@ def attend(q, k, v, spec: Spec, learned: Learned = Learned(), *, positions=None,
     kernel = "blocked" if blocks != (None, None) else "auto"
   mods = spec.mods(learned, explicit_positions=positions is not None)
   chosen = kernels.select(kernel, mods, shape, need_entropy=need_entropy)
-  prepared = prepare(q, k, v, spec, learned, positions=positions,
+  prepared = prepare(q, k, v, spec, learned, mods, positions=positions,
                      rope_table_op=chosen.rope_table_op)
   out, entropy = chosen.run(prepared, None if blocks == (None, None) else blocks)
   out = out.astype(v.dtype)

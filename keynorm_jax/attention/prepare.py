@@ -23,31 +23,26 @@ Per-query factors multiply every score of query i (position p_i):
 Biases are added after those factors: ALiBi -m_h (p_i - p_j), or a learned bias (KERPLE, FIRE);
 Scale-invariant attention turns a score S at distance t into a_t S + m_t before the biases
 (scores.scale_invariant). CoPE (Golovneva et al. 2024) adds q_i . e[p_ij], its contextual position
-p_ij = sum_{t=j..i} sigmoid(s_it) interpolating the learned embeddings e [S, npos] (scores.cope). FoX's forget gates (log_forget = log f_t per head) add sum_{l=j+1..i} log f_l = c_i - c_j, with
+p_ij = sum_{t=j..i} sigmoid(s_it) interpolating the learned embeddings e [S, npos] (scores.cope).
+FoX's forget gates (log_forget = log f_t per head) add sum_{l=j+1..i} log f_l = c_i - c_j, with
 c_t = sum_{l<=t} log f_l computed here once (both sides carry c as `decay`).
 Masks: causal; `window` keeps 0 <= p_i - p_j < w; `sink_tokens` k also keeps keys p_j < k.
 
-ReRoPE (bojone/rerope): relative position t = p_i - p_j becomes w where t >= w (leaky: w + (t - w)/k),
-computed as two score matrices joined with where(t < w). Self-Extend (Jin et al. 2024,
-datamllab/LongLM) joins the same way, its far pair rotated at grouped positions: the query at
-floor(p_i / G) + w - floor(w / G), the key at floor(p_j / G); so does STRING (An et al. 2024,
-HKUNLP/STRING) with the shift S as w: distances t >= S become t - S + W (the query at p_i - S + W,
-the key where it is). Dual chunk attention (An et al. 2024, the paper's eq. 2-8 with w = c - s)
-chooses by chunk (size s) instead: the same chunk scores at the true positions, the next chunk with
-the query at min(s + p_i mod s, c - 1) and the key at p_j mod s (far), any earlier chunk with the
-query at c - 1 (farthest). Streaming (attention sinks) scores a sink
-key outside the window at its position in the StreamingLLM cache, (k + w - 1) - p_j, the same way.
-L2 normalization commutes with the rotation, so it is applied before RoPE. Everything in float32.
+Far rotations (attention/far.py: ReRoPE, Self-Extend, STRING, dual chunk attention, StreamingLLM's
+cache): the layer's one far rule says at which positions the far side is rotated; here q and k
+are rotated there once (Side.far, and DCA's Side.farthest), and scores.py joins the near and the
+far products per pair, as the rule says. L2 normalization commutes with the rotation, so it is
+applied before RoPE. Everything in float32.
 
 `prepare` turns q, k, v and these options into a `Prepared`: the rotated queries and keys (and
-their second rotation for ReRoPE and sinks), each query's factor (the variant's scale included, so
-that multiplier x q . k is the score before biases), the values, and `Mods`, the small record of
-what is added or masked after the product (attention/scores.py applies it). Kernels
-(attention/kernels/) take a Prepared; none of them repeats this work.
+their far rotation), each query's factor (the variant's scale included, so that multiplier x q . k
+is the score before biases), the values, and `Mods`, the small record of what is added or masked
+after the product (attention/scores.py applies it). Kernels (attention/kernels/) take a Prepared;
+none of them repeats this work.
 """
 
 import math
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -60,18 +55,19 @@ from keynorm_jax.rope import rope_table, rotate_by
 class Side(NamedTuple):
   """The per-position inputs of one side (queries or keys) of attention.
 
-  near: [B, N, H, S] rotated at the positions; far: the second rotation (ReRoPE, sinks) or None;
+  near: [B, N, H, S] rotated at the positions; far: the far rule's rotation (attention/far.py) or
+  None;
   farthest: DCA's third rotation of the queries (inter-chunk; its keys are `far`) or None;
   positions: [B, N]; index: [N] sequence index (the causal mask); multiplier: [B, N, H] factor on
   the scores (queries only); decay: [B, N, H] FoX's cumulative log forget gate c (or None).
   """
   near: jax.Array
-  far: Optional[jax.Array]
+  far: jax.Array | None
   positions: jax.Array
   index: jax.Array
-  multiplier: Optional[jax.Array] = None
-  decay: Optional[jax.Array] = None
-  farthest: Optional[jax.Array] = None
+  multiplier: jax.Array | None = None
+  decay: jax.Array | None = None
+  farthest: jax.Array | None = None
 
 
 class Prepared(NamedTuple):
@@ -126,10 +122,11 @@ def _xpos_scale(positions_BxT, centre_Bx1, inv_freq, gamma, scale_base, sign):
   return jnp.concatenate([scale, scale], axis=-1)
 
 
-def prepare(q, k, v, spec: Spec, learned: Learned = Learned(), *, positions=None,
+def prepare(q, k, v, spec: Spec, learned: Learned, mods: Mods, *, positions=None,
             rope_table_op=False) -> Prepared:
-  """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E], the call's Spec and Learned arrays ->
-  Prepared. positions: [T] or [B, T] positions (None: 0..T-1, the sequence index).
+  """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E], the call's Spec, Learned arrays and Mods
+  (spec.mods(learned, ...), derived once by the caller) -> Prepared. positions: [T] or [B, T]
+  positions (None: 0..T-1, the sequence index).
 
   rope_table_op: compute RoPE's cos and sin once as an op of their own (cpu.boundary.own_op; the
     `cpu` kernel's choice: XLA's CPU backend would otherwise recompute them inside every fusion
@@ -138,7 +135,6 @@ def prepare(q, k, v, spec: Spec, learned: Learned = Learned(), *, positions=None
   batch, length, heads, size = q.shape
   if heads % k.shape[2]:
     raise ValueError(f"{heads} query heads cannot share {k.shape[2]} key/value heads evenly.")
-  mods = spec.mods(learned, explicit_positions=positions is not None)
   decay_BxTxH = None
   if learned.log_forget is not None:
     if learned.log_forget.shape != (batch, length, heads):
@@ -160,10 +156,6 @@ def prepare(q, k, v, spec: Spec, learned: Learned = Learned(), *, positions=None
       (batch, length, heads))
   inv_freq = None if spec.inv_freq is None else jnp.asarray(spec.inv_freq, jnp.float32)
   xpos_gamma, xpos_scale_base = spec.xpos_gamma, spec.xpos_scale_base
-  rerope_window, leaky_rerope_factor = spec.rerope_window, spec.leaky_rerope_factor
-  window, sink_tokens = spec.window, spec.sink_tokens
-  string_window, self_extend_group = spec.string_window, spec.self_extend_group
-  dca_chunk, dca_length = spec.dca_chunk, spec.dca_length
 
   if xpos_gamma is not None:   # one centre for every rotation of the call: the true positions'
     true_positions = positions_BxT.astype(jnp.float32)
@@ -171,8 +163,6 @@ def prepare(q, k, v, spec: Spec, learned: Learned = Learned(), *, positions=None
                    + true_positions.min(axis=1, keepdims=True)) / 2
 
   def rotate(x, positions_at, sign, table=None):
-    if inv_freq is None:
-      return x
     if table is None:
       table = rope_table(positions_at[:, :, None], inv_freq)
     x = rotate_by(x, table)
@@ -180,39 +170,21 @@ def prepare(q, k, v, spec: Spec, learned: Learned = Learned(), *, positions=None
       x = x * _xpos_scale(positions_at, xpos_centre, inv_freq, xpos_gamma, xpos_scale_base, sign)
     return x
 
-  # q and k at their own positions share one table, over the positions as given ([T] or [B, T])
-  # rather than broadcast to the batch.
-  near_table = None
+  q_near, k_near, q_far, k_far, q_farthest = q, k, None, None, None
   if inv_freq is not None:
+    # q and k at their own positions share one table, over the positions as given ([T] or
+    # [B, T]) rather than broadcast to the batch.
     make_table = lambda p: rope_table(p, inv_freq)
     at = jnp.asarray(positions)[..., None]
     near_table = own_op(make_table, at) if rope_table_op else make_table(at)
-  q_near = rotate(q, positions_BxT, 1.0, near_table)
-  k_near = rotate(k, positions_BxT, -1.0, near_table)
-  q_far = k_far = None
-  q_farthest = None
-  if inv_freq is not None and dca_chunk is not None:
-    in_chunk = jnp.remainder(positions_BxT, dca_chunk)
-    k_far = rotate(k, in_chunk, -1.0)
-    q_far = rotate(q, jnp.minimum(dca_chunk + in_chunk, dca_length - 1), 1.0)
-    q_farthest = rotate(q, jnp.full_like(positions_BxT, dca_length - 1), 1.0)
-  elif inv_freq is not None and string_window is not None:
-    q_far = rotate(q, positions_BxT - (rerope_window - string_window), 1.0)
-    k_far = k_near
-  elif inv_freq is not None and self_extend_group is not None:
-    w, g = rerope_window, self_extend_group
-    grouped = jnp.floor_divide(positions_BxT, g)
-    q_far = rotate(q, grouped + (w - w // g), 1.0)
-    k_far = rotate(k, grouped, -1.0)
-  elif inv_freq is not None and rerope_window is not None:
-    w = float(rerope_window)   # the leak k may be traced (attention.spec.NUMBERS)
-    leak = math.inf if leaky_rerope_factor is None else leaky_rerope_factor
-    # q at p_i / leak + w (1 - 1/leak) against k at p_j / leak: relative w + (t - w) / leak.
-    q_far = rotate(q, positions_BxT / leak + w * (1 - 1 / leak), 1.0)
-    k_far = rotate(k, positions_BxT / leak, -1.0)
-  elif inv_freq is not None and sink_tokens is not None:
-    q_far = rotate(q, jnp.full_like(positions_BxT, sink_tokens + window - 1), 1.0)
-    k_far = k_near
+    q_near = rotate(q, positions_BxT, 1.0, near_table)
+    k_near = rotate(k, positions_BxT, -1.0, near_table)
+    if spec.far is not None:
+      far_at = spec.far.positions(positions_BxT)
+      q_far = rotate(q, far_at.query, 1.0)
+      k_far = k_near if far_at.key is None else rotate(k, far_at.key, -1.0)
+      if far_at.farthest is not None:
+        q_farthest = rotate(q, far_at.farthest, 1.0)
   index = jnp.arange(length)
   return Prepared(Side(q_near, q_far, positions_BxT, index, multiplier_BxTxH, decay_BxTxH,
                        q_farthest),

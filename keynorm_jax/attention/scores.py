@@ -1,12 +1,12 @@
 """The scores of a block of queries against a block of keys: the one home of the biases and masks.
 
-score_ij = multiplier_i x (q_i . k_j), with the far rotation's product where p_i - p_j >= far_from
-(ReRoPE, sinks; DCA: by chunk, its farthest rotation for the chunks before the previous one), scale-invariant's a_t x that + m_t at distance t, minus ALiBi's m_h x distance, plus a learned bias of the distance, plus FoX's
-c_i - c_j (the sides' decay); masked
-(MASKED) where j > i (by index), outside the window, unless a sink. The distance is p_i - p_j, or for
-a sink key outside the window its distance in the StreamingLLM cache, (k + w - 1) - p_j. Every
-einsum kernel computes its scores here (the full square and every block alike), so they cannot
-disagree on a formula.
+score_ij = multiplier_i x (q_i . k_j), with the far rotation's product where the layer's far rule
+says a pair is far (attention/far.py: from a distance, or DCA by chunk), scale-invariant's a_t x
+that + m_t at distance t, minus ALiBi's m_h x distance, plus a learned bias of the distance, plus
+FoX's c_i - c_j (the sides' decay); masked (MASKED) where j > i (by index), outside the window,
+unless a sink. The distance is p_i - p_j, or the far rule's (StreamingLLM's cache: a key outside
+the window at (k + w - 1) - p_j). Every einsum kernel computes its scores here (the full square and
+every block alike), so they cannot disagree on a formula.
 """
 
 import jax
@@ -63,15 +63,12 @@ def head_by_head(prepared: Prepared) -> Prepared:
 
 
 def _distances(mods: Mods, queries: Side, keys: Side):
-  """(relative p_i - p_j, distance: relative, or a sink's StreamingLLM cache distance) [B, Q, K]."""
+  """(relative p_i - p_j, distance: relative, or as the far rule places it) [B, Q, K]."""
   relative_BxQxK = (queries.positions[:, :, None]
                     - keys.positions[:, None, :]).astype(jnp.float32)
-  distance_BxQxK = relative_BxQxK
-  if mods.sink_tokens is not None:
-    cache_distance = ((mods.sink_tokens + mods.window - 1)
-                      - keys.positions[:, None, :].astype(jnp.float32))
-    distance_BxQxK = jnp.where(relative_BxQxK < mods.window, relative_BxQxK, cache_distance)
-  return relative_BxQxK, distance_BxQxK
+  if mods.far is None:
+    return relative_BxQxK, relative_BxQxK
+  return relative_BxQxK, mods.far.distance(relative_BxQxK, keys.positions)
 
 
 def scale_invariant(scores_BxHxQxK, distance_BxQxK, tau: float):
@@ -136,18 +133,8 @@ def block_scores(mods: Mods, queries: Side, keys: Side, product=None):
   """
   product = product or grouped_scores
   scores_BxHxQxK = product(queries.near, keys.near)
-  if queries.far is not None:
-    far_BxHxQxK = product(queries.far, keys.far)
-    if mods.dca_chunk is not None:   # by chunk: the same, the next, any earlier
-      gap_BxQxK = (queries.positions[:, :, None] // mods.dca_chunk
-                   - keys.positions[:, None, :] // mods.dca_chunk)
-      far_BxHxQxK = jnp.where((gap_BxQxK == 1)[:, None], far_BxHxQxK,
-                              product(queries.farthest, keys.far))
-      near_BxQxK = gap_BxQxK == 0
-    else:
-      near_BxQxK = (queries.positions[:, :, None]
-                    - keys.positions[:, None, :]).astype(jnp.float32) < mods.far_from
-    scores_BxHxQxK = jnp.where(near_BxQxK[:, None], scores_BxHxQxK, far_BxHxQxK)
+  if queries.far is not None:   # rotated at the far rule's positions (prepare.py)
+    scores_BxHxQxK = mods.far.join(product, queries, keys, scores_BxHxQxK)
   scores_BxHxQxK = scores_BxHxQxK * jnp.moveaxis(queries.multiplier, 2, 1)[..., None]
   distances = _distances(mods, queries, keys)
   if mods.scale_invariant_tau is not None:

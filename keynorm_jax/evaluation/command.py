@@ -21,7 +21,7 @@ from keynorm_jax.evaluation.outputs import MANIFEST
 from keynorm_jax.evaluation.result_sets import check_set
 from keynorm_jax.evaluation.evaluate import evaluate_run, evaluation_lengths, held_out_tokens
 from keynorm_jax.evaluation.lengths import check_lengths, check_text_supplies
-from keynorm_jax.evaluation.report import accuracy_caption, markdown_table, write_results
+from keynorm_jax.evaluation.accuracy_tables import accuracy_caption, markdown_table, write_results
 from keynorm_jax.evaluation.retrieval import NEXT_TOKEN, check_depths, evaluate_retrieval
 from keynorm_jax.evaluation.retrieval_report import retrieval_caption, retrieval_table
 from keynorm_jax.positions import INFERENCE_METHODS, EvalColumn, inference_method
@@ -161,14 +161,14 @@ def evaluate_runs(source: RunSource, request: EvalRequest, *, output=None, echo=
   folder's) on `request`; returns (records, failures, paths), records being the next-token records
   followed by the retrieval records: one per seed (a seed group's members, runs/loading.py, each
   give theirs; `seed` names it), the groups' means and standard deviations over seeds in the
-  tables and files (report.py).
+  tables and files (accuracy_tables.py).
 
   output: the results folder, default the source's (<workdir>/eval for our runs).
   A run that fails to load or evaluate is reported in `failures` ({run: message}) and does not
   stop the others; lengths the held-out text cannot supply are that run's failure before any of
   its scoring, and the whole evaluation's refusal (raised) before any scoring at all. The output
   folder is checked to be writable before any work; the tables are printed before the files are
-  written, all or nothing (report.write_results: OutputError says what was and was not written).
+  written, all or nothing (accuracy_tables.write_results: OutputError says what was and was not written).
   stop: called at each safe point (before each run, each scoring, and the files, and after the
     files) with what was done, as the end of a sentence; it raises to stop the evaluation (eval.py:
     training.preemption.check), and what it raises is never taken for a run's failure. A stop

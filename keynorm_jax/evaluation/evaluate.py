@@ -8,6 +8,7 @@ record; seed_summary.py: their mean and standard deviation per cell).
 """
 
 import time
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from keynorm_jax.attention import block_sizes
 from keynorm_jax.data import corpora
 from keynorm_jax.data.eval_sets import EVAL_SETS, eval_windows
 from keynorm_jax.data.tokenizer import join_documents
-from keynorm_jax.models import given_specs
+from keynorm_jax.models import ModelConfig, given_specs
 from keynorm_jax.positions import EvalColumn
 from keynorm_jax.scoring import make_scorer, score_windows
 
@@ -91,17 +92,35 @@ def evaluation_lengths(run, lengths, include_train_length) -> list[int]:
   return sorted({*lengths, *([run.config.train_length] if include_train_length else [])})
 
 
-def evaluation_plan(run, lengths, columns, include_train_length, progress):
-  """(model config, the columns that apply, the sorted lengths to evaluate, the length past which
-  the model's positions are not defined or None); each skipped column is told to `progress`."""
+class Evaluation(NamedTuple):
+  """A run's evaluation, opened once (open_evaluation) by the next-token and retrieval loops."""
+  model_cfg: ModelConfig
+  columns: list          # the columns that apply
+  lengths: list          # sorted (evaluation_lengths)
+  tokens: np.ndarray     # the held-out text
+  score: Callable        # run_scorer's
+  limit: int | None      # the length past which the model's positions are not defined
+
+  def not_applicable(self, length: int) -> str | None:
+    """Why `length` cannot be evaluated (past what the model's positions encode), or None."""
+    if self.limit is not None and length > self.limit:
+      return f"{self.model_cfg.position} positions stop at {self.limit} tokens"
+    return None
+
+
+def open_evaluation(run, lengths, columns, include_train_length, progress,
+                    tokens=None) -> Evaluation:
+  """The model config, the columns that apply, the sorted lengths to evaluate (below or above the
+  1x), the held-out tokens (unless given) and the run's scorer; each skipped column is told to
+  `progress`."""
   model_cfg = run_config.model_config(run.config)
   columns, skipped = applicable_columns(model_cfg, columns)
   for label, reason in skipped.items():
     if progress:
       progress(f"{run.name}: {label} skipped ({reason})")
-  lengths = evaluation_lengths(run, lengths, include_train_length)
-  return model_cfg, columns, lengths, model_cfg.position_method.max_length(
-      run.config.train_length)
+  return Evaluation(model_cfg, columns, evaluation_lengths(run, lengths, include_train_length),
+                    held_out_tokens(run.config) if tokens is None else tokens, run_scorer(run),
+                    model_cfg.position_method.max_length(run.config.train_length))
 
 
 def record_fields(run, length, column, seed) -> dict:
@@ -124,14 +143,14 @@ def run_scorer(run):
   """score(windows [N, L+1], batch_size, column) -> (correct [S, N, L], nll [S, N, L]) of every
   member of `run` (S = 1 for a single run; a seed group's members in one vmapped pass) under an
   evaluation column. One scorer serves all of the run's columns and lengths: its model as
-  trained, each column given as variables (models.given_specs), so that the columns that differ
-  only in numbers (attention.spec.NUMBERS) share one compiled program per length."""
+  trained, given each column's attention specs (models.given_specs), so that the columns that
+  differ only in numbers (attention.spec.NUMBERS) share one compiled program per length."""
   model_cfg = run_config.model_config(run.config)
   scorer = make_scorer(run_config.build_model(run.config), stacked=run.seeds is not None)
 
   def score(windows, batch_size, column):
-    variables = given_specs(model_cfg, column, windows.shape[-1] - 1)
-    correct, nll = score_windows(scorer, run.params, windows, batch_size, variables)
+    specs = given_specs(model_cfg, column, windows.shape[-1] - 1)
+    correct, nll = score_windows(scorer, run.params, windows, batch_size, specs)
     return (correct[None], nll[None]) if run.seeds is None else (correct, nll)
 
   return score
@@ -152,19 +171,15 @@ def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, bat
   A seed group (run.seeds) gives one record per member and cell, in the order of run.seeds, from
   one vmapped pass per batch; `seconds` is that pass's, shared by the members.
   """
-  config = run.config
-  train_length = config.train_length
-  model_cfg, columns, lengths, limit = evaluation_plan(run, lengths, columns,
-                                                       include_train_length, progress)
-  tokens = held_out_tokens(config) if tokens is None else tokens
-  score = run_scorer(run)
+  train_length = run.config.train_length
+  plan = open_evaluation(run, lengths, columns, include_train_length, progress, tokens)
   records = []
-  for length in lengths:
-    if limit is not None and length > limit:
-      reason = f"{config.model.position} positions stop at {limit} tokens"
+  for length in plan.lengths:
+    reason = plan.not_applicable(length)
+    if reason:
       records += [_record(run, seed, length, s, c.at(length, train_length), repeat_period,
                           accuracy=None, not_applicable=reason)
-                  for c in columns for s in EVAL_SETS for seed in run.member_seeds]
+                  for c in plan.columns for s in EVAL_SETS for seed in run.member_seeds]
       if progress:
         progress(f"{run.name} L={length}: not applicable ({reason})")
       continue
@@ -175,20 +190,21 @@ def evaluate_run(run, *, lengths, columns=(EvalColumn(),), num_windows: int, bat
                 f"--repeat_period <= {length} to score it there")
       records += [_record(run, seed, length, "repeated", c.at(length, train_length),
                           repeat_period, accuracy=None, not_applicable=reason)
-                  for c in columns for seed in run.member_seeds]
+                  for c in plan.columns for seed in run.member_seeds]
       if progress:
         progress(f"{run.name} L={length} repeated: not applicable ({reason})")
-    windows = {s: eval_windows(tokens, kind=s, length=length, count=num_windows,
+    windows = {s: eval_windows(plan.tokens, kind=s, length=length, count=num_windows,
                                train_length=train_length, period=repeat_period)
                for s in sets}
-    size = batch_size or auto_batch_size(model_cfg, length, num_windows, len(run.member_seeds))
-    for column in columns:
+    size = batch_size or auto_batch_size(plan.model_cfg, length, num_windows,
+                                         len(run.member_seeds))
+    for column in plan.columns:
       resolved = column.at(length, train_length)
       for eval_set in sets:
         if progress:
           progress(f"{run.name} L={length} {eval_set} {resolved.label}")
         started = time.perf_counter()
-        correct, nll = score(windows[eval_set], size, column)
+        correct, nll = plan.score(windows[eval_set], size, column)
         seconds = round(time.perf_counter() - started, 2)
         records += [_record(run, seed, length, eval_set, resolved, repeat_period,
                             **summarize(c, n, train_length=train_length,

@@ -15,8 +15,7 @@ import numpy as np
 from keynorm_jax.data.retrieval import (DEFAULT_DEPTHS, RetrievalError, prompt_length,
                                         retrieval_prompts, task, too_short)
 from keynorm_jax.data.tokenizer import offsets_encoder
-from keynorm_jax.evaluation.evaluate import (auto_batch_size, evaluation_plan, held_out_tokens,
-                                             record_fields, run_scorer)
+from keynorm_jax.evaluation.evaluate import auto_batch_size, open_evaluation, record_fields
 
 NEXT_TOKEN = "next_token"  # the --tasks name of the next-token evaluation (evaluate.py)
 
@@ -76,38 +75,35 @@ def evaluate_retrieval(run, *, tasks, lengths, columns, num_prompts: int, depths
   line), gives a `not_applicable` record. A seed group (run.seeds) gives a record per member,
   from one vmapped pass (evaluate.evaluate_run)."""
   depths = check_depths(depths)
-  config = run.config
-  train_length = config.train_length
-  model_cfg, columns, lengths, limit = evaluation_plan(run, lengths, columns,
-                                                       include_train_length, progress)
-  encode = offsets_encoder(config.data)  # the run's tokens: bytes or its tokenizer.json
+  train_length = run.config.train_length
+  plan = open_evaluation(run, lengths, columns, include_train_length, progress, tokens)
+  encode = offsets_encoder(run.config.data)  # the run's tokens: bytes or its tokenizer.json
   needed = {t: prompt_length(t, encode) for t in tasks}
-  tokens = held_out_tokens(config) if tokens is None else tokens
-  score = run_scorer(run)
   records = []
-  for length in lengths:
+  for length in plan.lengths:
     reasons = {t: too_short(t, length, needed[t]) for t in tasks}
-    if limit is not None and length > limit:
-      reasons = {t: f"{config.model.position} positions stop at {limit} tokens" for t in tasks}
+    if plan.not_applicable(length):
+      reasons = {t: plan.not_applicable(length) for t in tasks}
     for t, reason in reasons.items():
       if reason:
         records += [_record(run, seed, t, length, c.at(length, train_length), depths,
                             accuracy=None, not_applicable=reason)
-                    for c in columns for seed in run.member_seeds]
+                    for c in plan.columns for seed in run.member_seeds]
         if progress:
           progress(f"{run.name} L={length} {t}: skipped ({reason})")
-    prompts = {t: retrieval_prompts(tokens, t, length=length, depths=depths, count=num_prompts,
-                                    encode=encode) for t in tasks if not reasons[t]}
-    size = batch_size or auto_batch_size(model_cfg, length, len(depths) * num_prompts,
+    prompts = {t: retrieval_prompts(plan.tokens, t, length=length, depths=depths,
+                                    count=num_prompts, encode=encode)
+               for t in tasks if not reasons[t]}
+    size = batch_size or auto_batch_size(plan.model_cfg, length, len(depths) * num_prompts,
                                          len(run.member_seeds))
-    for column in columns:
+    for column in plan.columns:
       resolved = column.at(length, train_length)
       for task_name, (windows, groups) in prompts.items():
         if progress:
           progress(f"{run.name} L={length} {task_name} {resolved.label}")
         started = time.perf_counter()
         flat = windows.reshape(-1, length + 1)
-        correct, _ = score(flat, size, column)
+        correct, _ = plan.score(flat, size, column)
         seconds = round(time.perf_counter() - started, 2)
         shape = windows.shape[:2]
         for seed, member_correct in zip(run.member_seeds, correct):

@@ -7,10 +7,9 @@ import numpy as np
 
 from keynorm_jax import positions
 from keynorm_jax.cpu import features
-from keynorm_jax.models.attention_block import GIVEN_SPECS, resolved_specs
+from keynorm_jax.models.attention_block import resolved_specs
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.gau import GAULM
-from keynorm_jax.models.layer_stack import by_layer
 
 
 _SAID: set = set()   # the notes said in this process (each once)
@@ -30,17 +29,15 @@ def build_model(cfg: ModelConfig, column: positions.EvalColumn = positions.EvalC
   return TransformerLM(cfg, column)
 
 
-def given_specs(cfg: ModelConfig, column: positions.EvalColumn, length: int) -> dict:
-  """The variables, besides the parameters, that run build_model(cfg) (as trained) under `column`
-  for sequences of `length` with every layer's attention.Spec given (GIVEN_SPECS): passed to a
-  jitted function, their numbers (attention.spec.NUMBERS) are arguments, not constants, and
-  columns that differ only in numbers share one compiled program. (A column rewrites the
-  attention alone, never a layer's learned parts, so the model as trained is the column's model.)
-  The layers name their PositionalAttention "attention" (gau.py, transformer.py)."""
+def given_specs(cfg: ModelConfig, column: positions.EvalColumn, length: int) -> tuple:
+  """Every layer's attention.Spec under `column` for sequences of `length`, to give the model as
+  trained (build_model(cfg)) as its call's `specs`: passed to a jitted function, their numbers
+  (attention.spec.NUMBERS) are arguments, not constants, and columns that differ only in numbers
+  share one compiled program. (A column rewrites the attention alone, never a layer's learned
+  parts, so the model as trained is the column's model.)"""
   # Every number as a float32 array: one argument type whatever Python type a method computed it
   # in (a Python float would be a weakly typed argument, a program of its own).
-  specs = jax.tree.map(lambda x: np.asarray(x, np.float32), resolved_specs(cfg, column, length))
-  return {GIVEN_SPECS: by_layer(cfg, [{"attention": {"spec": spec}} for spec in specs])}
+  return jax.tree.map(lambda x: np.asarray(x, np.float32), resolved_specs(cfg, column, length))
 
 
 def init_params(model, seed: int, length: int):

@@ -8,25 +8,22 @@ calls attention.attend with the model's kernel (`model.kernel`; attention/kernel
 diagnostics collect "intermediates" it also records per head (`sow`) the key norms, the attention
 entropy and the attention's reach (attention/reach.py: the mass on each block of `reach_bucket` keys
 and the mean key index, for every query); the kernel chosen then is one that gives the entropy.
-A caller may give every layer its attention.Spec instead (GIVEN_SPECS), so that a jitted function
-takes the specs' numbers as arguments (the evaluator: one compiled program for its columns that
-differ only in numbers).
+A caller may give the layer its attention.Spec instead (`given`, an argument of the model's call:
+models.given_specs), so that a jitted function takes the specs' numbers as arguments (the
+evaluator: one compiled program for its columns that differ only in numbers).
 """
+
+import dataclasses
 
 import flax.linen as nn
 import jax.numpy as jnp
+import numpy as np
 
 from keynorm_jax import attention, positions
 from keynorm_jax.attention.reach import attend_with_reach
 from keynorm_jax.models.config import ModelConfig
 from keynorm_jax.models.position_bias import LEARNED
 
-
-# The variable collection through which a caller gives each layer its attention.Spec, resolved
-# already (models.given_specs builds it; at <layer>/attention/spec): passed to a jitted function,
-# the specs' numbers (attention.spec.NUMBERS) are arguments of the compiled program, not constants.
-# Without it each layer resolves its own (attention_spec), as in training.
-GIVEN_SPECS = "attention_specs"
 
 
 def reach_bucket(train_length: int) -> int:
@@ -44,31 +41,38 @@ def layer_specs(cfg: ModelConfig, column: positions.EvalColumn, length: int) -> 
     spec = cfg.position_method.layer_spec(layer=layer, num_layers=cfg.num_layers,
                                           num_heads=cfg.heads, rope_theta=cfg.rope_theta,
                                           train_length=cfg.train_length)
-    specs.append(column.apply(spec.with_rope_scaling(**scaling) if scaling else spec))
+    specs.append(column.apply(spec.with_rope_scaling(**scaling) if scaling else spec,
+                              cfg.train_length))
   return tuple(specs)
+
+
+# How each field of a layer's positions.AttentionSpec reaches its attention: attention.ScoreRules'
+# fields, declared once there for both records, are taken as they are (AS_GIVEN); the others are
+# resolved with the model's settings (RESOLVED: RoPE's frequencies at the head size and length,
+# log n's n0, ALiBi's slopes as an array) or build the layer's Learned arrays (LEARNED_FROM:
+# position_bias.LEARNED). tests/test_model.py checks that every field is one of them.
+AS_GIVEN = tuple(f.name for f in dataclasses.fields(attention.ScoreRules))
+RESOLVED = ("rotary", "logn", "posthoc_logn", "alibi_slopes")
+LEARNED_FROM = ("learned_bias", "forget_gate", "cope_positions")
 
 
 def attention_spec(cfg: ModelConfig, spec: positions.AttentionSpec, seq_length: int
                    ) -> attention.Spec:
   """The attention.Spec of a layer with position spec `spec` in a model of `cfg`, for a sequence of
   `seq_length` tokens (dynamic NTK's base depends on it)."""
-  rotary, settings = spec.rotary, {}
+  settings = {name: getattr(spec, name) for name in AS_GIVEN}
+  rotary = spec.rotary
   if rotary is not None:
     settings["inv_freq"], settings["attention_factor"] = positions.rotary_inv_freq(
         rotary, rotary_dim=cfg.head_size, train_length=cfg.train_length, seq_length=seq_length)
     if rotary.xpos_gamma is not None:
       settings.update(xpos_gamma=rotary.xpos_gamma, xpos_scale_base=rotary.xpos_scale_base)
+  if spec.alibi_slopes is not None:
+    settings["alibi_slopes"] = np.asarray(spec.alibi_slopes, np.float32)
   logn_base = {True: cfg.default_logn_base, False: None, None: cfg.resolved_logn_base}[spec.logn]
   return attention.Spec(
       variant=cfg.attention, cosa_scale=cfg.resolved_cosa_scale, logn_base=logn_base,
-      posthoc_logn_length=cfg.train_length if spec.posthoc_logn else None,
-      logit_scale=spec.logit_scale, llama4_temperature=spec.llama4_temperature,
-      posthoc_ssmax=spec.posthoc_ssmax, rerope_window=spec.rerope_window,
-      leaky_rerope_factor=spec.leaky_rerope_factor, self_extend_group=spec.self_extend_group,
-      string_window=spec.string_window, dca_chunk=spec.dca_chunk,
-      dca_length=cfg.train_length if spec.dca_chunk else None, window=spec.window,
-      sink_tokens=spec.sink_tokens, alibi_slopes=spec.alibi_slopes,
-      scale_invariant_tau=spec.scale_invariant_tau, **settings)
+      posthoc_logn_length=cfg.train_length if spec.posthoc_logn else None, **settings)
 
 
 def resolved_specs(cfg: ModelConfig, column: positions.EvalColumn, length: int) -> tuple:
@@ -83,11 +87,12 @@ class PositionalAttention(nn.Module):
   spec: positions.AttentionSpec
 
   @nn.compact
-  def __call__(self, q, k, v, positions_BxT, x):
-    """x [B, T, d]: the layer's input, which the learned parts may read (FoX's forget gates)."""
+  def __call__(self, q, k, v, positions_BxT, x, given: attention.Spec | None = None):
+    """x [B, T, d]: the layer's input, which the learned parts may read (FoX's forget gates).
+    given: the layer's attention.Spec, resolved already (models.given_specs), or None: resolved
+    here (attention_spec), as in training."""
     cfg = self.config
-    spec = (self.get_variable(GIVEN_SPECS, "spec") if self.has_variable(GIVEN_SPECS, "spec")
-            else attention_spec(cfg, self.spec, q.shape[1]))
+    spec = attention_spec(cfg, self.spec, q.shape[1]) if given is None else given
     learned = attention.Learned(**{name: build(cfg, self.spec, q.shape[-1], x)
                                    for name, build in LEARNED.items()})
     # Positions are 0..T-1 unless the model's indices are other ones: say so (None), so that a

@@ -5,6 +5,7 @@ rules for fields left at 0 ("default") live in the properties below and nowhere 
 """
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -12,6 +13,7 @@ import jax
 from keynorm_jax import positions
 
 from keynorm_jax.attention import KERNEL_NAMES, VARIANTS, cosa_default_scale
+from keynorm_jax.attention.spec import Variant
 from keynorm_jax.errors import ConfigError
 
 ARCHITECTURES = ("gau", "transformer")
@@ -55,7 +57,7 @@ class ModelConfig:
   # Both.
   dropout: float = 0.0
   tie_embeddings: bool = False
-  attention: str = "baseline"
+  attention: Variant = "baseline"
   logn: bool = False
   logn_base: float = 0.0
   qk_norm: str = "none"
@@ -149,14 +151,14 @@ class ModelConfig:
 
   def _check_indices(self, method):
     try:
-      chosen = positions.position_indices(self.indices, dict(self.indices_options))
+      chosen = self.chosen_indices
     except ValueError as e:
       raise ConfigError(f"model.indices: {e}") from None
     if method.own_indices() is not None and chosen.explicit:
       raise ConfigError(f"model.position={self.position!r} comes with its own indices; leave "
                         f"model.indices at integer (or train position=rope with "
                         f"model.indices={self.indices!r}).")
-    indices = method.own_indices() or chosen   # what position_indices gives
+    indices = self.position_indices
     if method.absolute == "learned" and indices.explicit:
       raise ConfigError(f"model.indices={indices.name!r}: the learned position table has one row "
                         f"per index 0..train_length-1, and these indices are not those; leave "
@@ -215,17 +217,23 @@ class ModelConfig:
       raise ConfigError(f"model.d_model={self.d_model} is not a multiple of "
                         f"model.num_heads={self.heads}; set model.head_dim.")
 
-  @property
+  # Built once, at the first read (__post_init__'s checks), from the fields: a config is frozen, and
+  # a replaced one is a new config that builds its own.
+  @functools.cached_property
   def position_method(self) -> positions.TrainingMethod:
     return positions.training_method(self.position, dict(self.position_options))
 
-  @property
+  @functools.cached_property
+  def chosen_indices(self) -> positions.Indices:
+    """The model.indices setting, as chosen (position_indices: what the model reads)."""
+    return positions.position_indices(self.indices, dict(self.indices_options))
+
+  @functools.cached_property
   def position_indices(self) -> positions.Indices:
     """The indices every encoding reads: the position method's own (randomized RoPE), else the
     model.indices setting."""
     own = self.position_method.own_indices()
-    return own if own is not None else positions.position_indices(self.indices,
-                                                                  dict(self.indices_options))
+    return own if own is not None else self.chosen_indices
 
   @property
   def trained_rope_scaling(self) -> dict | None:

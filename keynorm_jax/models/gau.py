@@ -50,10 +50,11 @@ class GAULayer(nn.Module):
   spec: positions.AttentionSpec
 
   @nn.compact
-  def __call__(self, x, positions_BxT, deterministic: bool):
+  def __call__(self, x, positions_BxT, deterministic: bool, given=None):
     """x -> the next layer's x: RMSNorm(x + f(x)) post-norm, x + f(RMSNorm(x)) pre-norm, with f
-    the gated attention unit, then (model.gau_mlp) the same step with f the MLP."""
-    x = self.residual(x, lambda h: self.unit(h, positions_BxT, deterministic))
+    the gated attention unit, then (model.gau_mlp) the same step with f the MLP. given: the
+    layer's attention.Spec, or None (PositionalAttention)."""
+    x = self.residual(x, lambda h: self.unit(h, positions_BxT, deterministic, given))
     if self.config.gau_mlp:
       mlp = MLP(self.config, name="mlp")
       x = self.residual(x, lambda h: nn.Dropout(self.config.dropout)(
@@ -65,7 +66,7 @@ class GAULayer(nn.Module):
       return rms_norm(x + f(x))
     return x + f(rms_norm(x))
 
-  def unit(self, x, positions_BxT, deterministic: bool):
+  def unit(self, x, positions_BxT, deterministic: bool, given=None):
     """f(x): the gated attention unit, after dropout."""
     cfg = self.config
     dtype = jnp.dtype(cfg.compute_dtype)
@@ -77,7 +78,7 @@ class GAULayer(nn.Module):
     q, k, v = heads(q), heads(k), heads(v)
     if cfg.qk_norm != "none":   # per head, as the Transformer's
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
-    out = PositionalAttention(cfg, self.spec, name="attention")(q, k, v, positions_BxT, x)
+    out = PositionalAttention(cfg, self.spec, name="attention")(q, k, v, positions_BxT, x, given)
     out = out.reshape(*out.shape[:2], -1)
     out = linear(x.shape[-1], dtype, "wo", cfg.cpu_ops)(u * out)
     return nn.Dropout(cfg.dropout)(out, deterministic=deterministic)

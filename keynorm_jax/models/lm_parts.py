@@ -77,12 +77,15 @@ class LanguageModel(nn.Module):
     return x
 
   @nn.compact
-  def __call__(self, tokens_BxT, deterministic: bool = True):
+  def __call__(self, tokens_BxT, deterministic: bool = True, specs: tuple | None = None):
+    """specs: every layer's attention.Spec, resolved by the caller (models.given_specs: its
+    numbers then arguments of a jitted caller's program), or None: each layer resolves its own
+    under `column`."""
     cfg = self.config
     batch, length = tokens_BxT.shape
     positions_BxT = sequence_positions(self, cfg, batch, length, deterministic)
     embedder = Embedder(cfg, name="embedder")
     x = self.before_layers(embedder(tokens_BxT, positions_BxT))
     x = layer_stack(self.layer, cfg, layer_specs(cfg, self.column, length), x, positions_BxT,
-                    deterministic)
+                    deterministic, specs)
     return embedder.logits(self.after_layers(x))

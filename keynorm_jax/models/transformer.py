@@ -37,7 +37,7 @@ class TransformerBlock(nn.Module):
   spec: positions.AttentionSpec
 
   @nn.compact
-  def __call__(self, x, positions_BxT, deterministic: bool):
+  def __call__(self, x, positions_BxT, deterministic: bool, given=None):
     cfg = self.config
     dense = lambda features, name, bias=False: linear(features, jnp.dtype(cfg.compute_dtype), name,
                                                       cfg.cpu_ops, bias)
@@ -49,7 +49,7 @@ class TransformerBlock(nn.Module):
     v = dense(kv_heads * size, "value", cfg.qkv_bias)(h).reshape(batch, length, kv_heads, size)
     if cfg.qk_norm != "none":
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
-    out = PositionalAttention(cfg, self.spec, name="attention")(q, k, v, positions_BxT, h)
+    out = PositionalAttention(cfg, self.spec, name="attention")(q, k, v, positions_BxT, h, given)
     out = out.reshape(batch, length, heads * size)
     if cfg.output_gate:   # G1 of Qiu et al. 2025: elementwise, per head, from the normed input
       out = out * nn.sigmoid(dense(heads * size, "output_gate")(h))

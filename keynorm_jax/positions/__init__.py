@@ -11,14 +11,15 @@ from keynorm_jax.positions.indices import (INDICES, Indices, indices_knob_defaul
                                            position_indices)
 from keynorm_jax.positions.inference import (EvalColumn, INFERENCE_METHODS, InferenceMethod,
                                              inference_method)
-from keynorm_jax.positions.registry import UnknownMethodError
-from keynorm_jax.positions.spec import (SCALING_KNOBS, AttentionSpec, RotarySpec, alibi_slopes,
-                                       rope_scaling_defaults, rotary_inv_freq, scaled_from)
+from keynorm_jax.positions.layer_spec import (SCALING_KNOBS, AttentionSpec, RotarySpec,
+                                              alibi_slopes, rope_scaling_defaults, rotary_inv_freq,
+                                              scaled_from)
+from keynorm_jax.positions.registry import UnknownMethodError, knob_type
 from keynorm_jax.positions.training_methods import (TRAINING_METHODS, TrainingMethod,
                                                     knob_defaults, training_method)
 
 __all__ = ["INDICES", "Indices", "indices_knob_defaults", "position_indices",
            "INFERENCE_METHODS", "EvalColumn", "InferenceMethod", "inference_method",
-           "UnknownMethodError", "AttentionSpec", "RotarySpec", "alibi_slopes", "rotary_inv_freq",
-           "scaled_from", "SCALING_KNOBS", "rope_scaling_defaults",
+           "UnknownMethodError", "knob_type", "AttentionSpec", "RotarySpec", "alibi_slopes",
+           "rotary_inv_freq", "scaled_from", "SCALING_KNOBS", "rope_scaling_defaults",
            "TRAINING_METHODS", "TrainingMethod", "knob_defaults", "training_method"]

@@ -19,7 +19,7 @@ from keynorm_jax.positions.registry import Method, Registry, knob
 INDICES = Registry("indices")
 register = INDICES.register
 
-# The range random indices are drawn from when max_position is left at 0: 8 training lengths.
+# The range random indices are drawn from when max_position is left unset: 8 training lengths.
 DEFAULT_RANGE_FACTOR = 8
 
 
@@ -64,7 +64,9 @@ class RandomRange(Indices):
 
   def span(self, train_length: int) -> int:
     """max_position: the end of the range indices are drawn from."""
-    return self.max_position or DEFAULT_RANGE_FACTOR * train_length
+    if self.max_position is None:
+      return DEFAULT_RANGE_FACTOR * train_length
+    return self.max_position
 
   def limit(self, length: int, train_length: int) -> int:
     """max_position, checked to hold `length` distinct integer indices."""
@@ -148,13 +150,12 @@ class RandomFloatStretched(RandomFloat):
 
 
 def position_indices(name: str, options=None) -> Indices:
-  """The indices `name` with their knobs from `options` (a mapping; 0 / None mean default, and a
-  knob left at its default may belong to another setting: model.indices_options holds them all)."""
-  return INDICES.create(name, **{k: v for k, v in dict(options or {}).items() if v})
+  """The indices `name` with their knobs from `options` (a mapping; None = unset, the default, and
+  an unset knob may belong to another setting: model.indices_options holds them all)."""
+  return INDICES.create(name, **{k: v for k, v in dict(options or {}).items() if v is not None})
 
 
 def indices_knob_defaults() -> dict:
-  """Every knob of every indices setting with its default, None written as 0 (the config's
-  'default' value): the config's model.indices_options."""
-  return {name: (field.default if field.default is not None else 0)
-          for name, field in INDICES.knobs().items()}
+  """Every knob of every indices setting with its default (None: unset): the config's
+  model.indices_options."""
+  return {name: field.default for name, field in INDICES.knobs().items()}

@@ -1,8 +1,8 @@
 """A registry of position methods: one small typed class per method, looked up by name.
 
-A method class is a frozen dataclass whose fields are its knobs (None = the default at the length
-it is used at). Registering it makes it known to the config, the model, the evaluator, the CLI help
-and the README table.
+A method class is a frozen dataclass whose fields are its knobs (None = unset: the default at the
+length it is used at; 0 is a value like any other, legal or refused by the method). Registering it
+makes it known to the config, the model, the evaluator, the CLI help and the README table.
 """
 
 import dataclasses
@@ -36,14 +36,20 @@ class Registry:
     return self._classes[name]
 
   def create(self, name: str, **knobs):
-    """An instance of method `name` with the given knobs (unknown knobs are an error)."""
+    """An instance of method `name` with the given knobs (unknown knobs, and values not of a knob's
+    type, are an error: a ValueError naming the knob)."""
     cls = self.get(name)
-    allowed = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(knobs) - allowed)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(knobs) - set(fields))
     if unknown:
       raise ValueError(f"{self.kind} {name!r} has no knob {', '.join(unknown)}; its knobs: "
-                       f"{', '.join(sorted(allowed)) or 'none'}.")
-    return cls(**knobs)
+                       f"{', '.join(sorted(fields)) or 'none'}.")
+    for knob_name, value in knobs.items():
+      kind = knob_type(fields[knob_name])
+      if value is not None and not _is_a(value, kind):
+        raise ValueError(f"{self.kind} {name!r}: {knob_name} must be {_NOUNS[kind]} (or unset), "
+                         f"got {value!r}.")
+    return cls(**{k: v for k, v in knobs.items() if v is not None})   # None: unset
 
   def classes(self):
     return tuple(self._classes.values())
@@ -58,6 +64,22 @@ class Registry:
 
   def help(self) -> str:
     return ", ".join(f"{cls.name} ({cls.summary})" for cls in self._classes.values())
+
+
+_NOUNS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def knob_type(field: dataclasses.Field) -> type:
+  """A knob's type without its None: int, float, bool or str."""
+  return next(t for t in (typing.get_args(field.type) or (field.type,)) if t is not type(None))
+
+
+def _is_a(value, kind: type) -> bool:
+  """Whether value is of a knob's type (a number: an int or a float, never a bool)."""
+  if kind in (int, float):
+    numbers = (int,) if kind is int else (int, float)
+    return isinstance(value, numbers) and not isinstance(value, bool)
+  return isinstance(value, kind)
 
 
 def knob(default=None, help: str = ""):  # pylint: disable=redefined-builtin

@@ -10,7 +10,7 @@ import typing
 
 from keynorm_jax.positions.indices import Indices, RandomInteger
 from keynorm_jax.positions.registry import Method, Registry, knob
-from keynorm_jax.positions.spec import AttentionSpec, RotarySpec, alibi_slopes
+from keynorm_jax.positions.layer_spec import AttentionSpec, RotarySpec, alibi_slopes
 
 TRAINING_METHODS = Registry("position")
 register = TRAINING_METHODS.register
@@ -53,7 +53,9 @@ class TrainingMethod(Method):
 
   def earlier_phase(self, num_train_steps: int) -> tuple[int, str] | None:
     """(steps, position method) that trains the first `steps` steps before this method takes over
-    (DroPE: RoPE until its positions are dropped), or None: this method from the first step."""
+    (DroPE: RoPE until its positions are dropped; all of them: the earlier method throughout), or
+    None: this method from the first step. ValueError where the last phase would get no step by
+    rounding."""
     del num_train_steps
     return None
 
@@ -93,18 +95,23 @@ class ALiBi(TrainingMethod):
   slope: float | None = knob(None, "ALiBi slope of a single-head model; default 2^-4.5, the "
                              "geometric mean of the 8-head slopes (several heads: 2^(-8h/H))")
 
+  def __post_init__(self):
+    if self.slope is not None and not self.slope > 0:
+      raise ValueError(f"alibi slope must be > 0 (a slope of 0 adds no bias: that is "
+                       f"position=nope), got {self.slope}.")
+
   def slopes(self, num_heads: int) -> tuple[float, ...]:
     if num_heads == 1:
-      return (self.slope or SINGLE_HEAD_ALIBI_SLOPE,)
+      return (SINGLE_HEAD_ALIBI_SLOPE if self.slope is None else self.slope,)
     return alibi_slopes(num_heads)
 
   def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
     return AttentionSpec(alibi_slopes=self.slopes(num_heads))
 
   def refuse(self, *, attention, num_heads, logn, train_length=None):
-    if self.slope and num_heads > 1:
-      return ("alibi_slope sets the slope of a single-head model; a multi-head model uses the "
-              "paper's slopes 2^(-8h/H): leave alibi_slope at 0")
+    if self.slope is not None and num_heads > 1:
+      return ("its slope sets the slope of a single-head model; a multi-head model uses the "
+              "paper's slopes 2^(-8h/H): leave model.position_options.slope unset")
     return None
 
 
@@ -138,6 +145,14 @@ class XPos(Rope):
   gamma: float = knob(0.4, "xPos gamma: zeta_m = (2m/S + gamma) / (1 + gamma)")
   scale_base: float = knob(512.0, "xPos scale base: q scaled by zeta^(n/scale_base), k by "
                            "zeta^(-m/scale_base)")
+
+  def __post_init__(self):
+    if not self.gamma > 0:
+      raise ValueError(f"xpos gamma must be > 0 (zeta_0 = gamma / (1 + gamma) is raised to "
+                       f"negative powers: 0 would scale keys by infinity), got {self.gamma}.")
+    if not self.scale_base > 0:
+      raise ValueError(f"xpos scale_base must be > 0 (the decay's exponent divides by it), got "
+                       f"{self.scale_base}.")
 
   def rotary_spec(self, rope_theta):
     return RotarySpec(base=rope_theta, xpos_gamma=self.gamma, xpos_scale_base=self.scale_base)
@@ -178,6 +193,9 @@ class RandomizedRope(Rope):
   max_position: int | None = knob(None, "positions are drawn from [0, max_position); default "
                                   "8 x train_length")
 
+  def __post_init__(self):
+    self.own_indices()   # its checks (max_position at least 1)
+
   def own_indices(self):
     return RandomInteger(self.max_position)
 
@@ -209,6 +227,11 @@ class HWFA(Rope):
                             "(w - 1)(L - 1) + 1 <= 3/4 train_length for L layers (Su's rule: 17 "
                             "for 24 layers at 512; he used 16)")
 
+  def __post_init__(self):
+    if self.window is not None and self.window < 1:
+      raise ValueError(f"hwfa window must be at least 1 (or unset for Su's rule), got "
+                       f"{self.window}.")
+
   def default_window(self, num_layers: int, train_length: int) -> int:
     """The largest w with (w - 1)(L - 1) + 1 <= 3/4 train_length (kexue.fm 9603)."""
     return max(1, int((0.75 * train_length - 1) // max(1, num_layers - 1)) + 1)
@@ -216,8 +239,9 @@ class HWFA(Rope):
   def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
     if layer == num_layers - 1:
       return AttentionSpec(logn=True)
-    return AttentionSpec(rotary=RotarySpec(base=rope_theta),
-                         window=self.window or self.default_window(num_layers, train_length))
+    window = (self.default_window(num_layers, train_length) if self.window is None
+              else self.window)
+    return AttentionSpec(rotary=RotarySpec(base=rope_theta), window=window)
 
 
 @register
@@ -245,7 +269,7 @@ class RNoPESWA(Rope):
       raise ValueError(f"rnope_swa window must be at least 1, got {self.window}.")
 
   def refuse(self, *, attention, num_heads, logn, train_length=None):
-    if self.window and train_length and self.window > train_length:
+    if self.window is not None and train_length and self.window > train_length:
       return (f"its window of {self.window} tokens is longer than the training length "
               f"{train_length}: every RoPE layer would see the whole window; choose a window up "
               f"to {train_length}")
@@ -255,7 +279,7 @@ class RNoPESWA(Rope):
     if (layer + 1) % (self.ratio + 1) == 0 or layer == num_layers - 1:
       return AttentionSpec()
     return AttentionSpec(rotary=RotarySpec(base=rope_theta),
-                         window=self.window or max(1, train_length // 2))
+                         window=max(1, train_length // 2) if self.window is None else self.window)
 
 
 @register
@@ -302,7 +326,12 @@ class DroPE(TrainingMethod):
                        f"RoPE at the end), got {self.drop_share}.")
 
   def earlier_phase(self, num_train_steps):
-    return round((1.0 - self.drop_share) * num_train_steps), "rope"
+    steps = round((1.0 - self.drop_share) * num_train_steps)
+    if self.drop_share > 0 and steps >= num_train_steps:
+      raise ValueError(f"drope trains rope until step {steps} of {num_train_steps}, which leaves "
+                       f"no step for its last phase; train longer or raise its share "
+                       f"(model.position_options.drop_share; 0: RoPE throughout)")
+    return steps, "rope"
 
 
 @register
@@ -325,7 +354,8 @@ class CoPE(TrainingMethod):
       raise ValueError(f"cope_npos must be at least 2, got {self.cope_npos}.")
 
   def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
-    return AttentionSpec(cope_positions=self.cope_npos or train_length + 1)
+    return AttentionSpec(cope_positions=(train_length + 1 if self.cope_npos is None
+                                         else self.cope_npos))
 
 
 @register
@@ -341,16 +371,11 @@ class Fox(TrainingMethod):
 
 
 def training_method(name: str, options=None) -> TrainingMethod:
-  """The method `name` with its knobs from `options` (a mapping; 0 / None mean default)."""
-  options = {k: (v if v else None) for k, v in dict(options or {}).items()}
-  return TRAINING_METHODS.create(name, **options)
+  """The method `name` with its knobs from `options` (a mapping; None = unset, the default)."""
+  return TRAINING_METHODS.create(name, **dict(options or {}))
 
 
 def knob_defaults(name: str) -> dict:
-  """A method's knobs with their defaults, None written as 0 (the config's 'default' value)."""
-  def config_default(field):
-    if field.default is not None:
-      return field.default
-    return 0.0 if "float" in str(field.type) else 0
-  return {f.name: config_default(f) for f in dataclasses.fields(TRAINING_METHODS.get(name))}
+  """A method's knobs with their defaults (None: unset)."""
+  return {f.name: f.default for f in dataclasses.fields(TRAINING_METHODS.get(name))}
 

@@ -23,7 +23,7 @@ from keynorm_jax.errors import ConfigError
 from keynorm_jax.evaluation.command import make_columns
 from keynorm_jax.evaluation.diagnostics import run_diagnostics
 from keynorm_jax.evaluation.evaluate import evaluate_run, held_out_tokens
-from keynorm_jax.reproduce.report import write_page
+from keynorm_jax.reproduce.seed_comparison import write_page
 from keynorm_jax.seed_results import EXTRA_VARIANTS, NO_SCALING, TRANSFORMER_PREFIX
 from keynorm_jax.runs import load_run
 from keynorm_jax.storage import disk

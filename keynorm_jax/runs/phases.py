@@ -12,20 +12,22 @@ from keynorm_jax.errors import ConfigError
 
 def phase_configs(
     config: ml_collections.ConfigDict) -> list[tuple[int, ml_collections.ConfigDict]]:
-  """(last step, config) of each phase of a resolved config, in order; one for most methods.
-  ConfigError where the last phase would get no step."""
+  """(last step, config) of each phase of a resolved config, in order; one for most methods (and
+  for a method whose earlier phase is the whole run: DroPE with drop_share 0 trains RoPE, and is
+  evaluated as RoPE). ConfigError where the last phase would get no step."""
   method = positions.training_method(config.model.position, config.model.position_options)
-  earlier = method.earlier_phase(config.num_train_steps)
+  try:
+    earlier = method.earlier_phase(config.num_train_steps)
+  except ValueError as e:
+    raise ConfigError(f"model.position_options: {e}.") from None
   if earlier is None or earlier[0] < 1:
     return [(config.num_train_steps, config)]
   steps, position = earlier
-  if steps >= config.num_train_steps:
-    raise ConfigError(f"{config.model.position} trains {position} until step {steps} of "
-                      f"{config.num_train_steps}, which leaves no step for its last phase; train "
-                      f"longer or raise its share (model.position_options).")
   early = config.copy_and_resolve_references()
   early.model.position = position
   early.model.position_options = ml_collections.ConfigDict(positions.knob_defaults(position))
+  if steps >= config.num_train_steps:
+    return [(config.num_train_steps, early)]
   return [(steps, early), (config.num_train_steps, config)]
 
 

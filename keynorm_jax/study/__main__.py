@@ -28,7 +28,7 @@ from keynorm_jax.storage import disk
 from keynorm_jax.study import plan
 from keynorm_jax.study.provenance import provenance
 from keynorm_jax.study.records import RESULTS_ROOT, RecordStore, reproduction_record
-from keynorm_jax.study.report import write_report
+from keynorm_jax.study.field_page import write_field_page
 from keynorm_jax.study.results_page import update_page
 from keynorm_jax.study.session import run_plan
 
@@ -131,7 +131,7 @@ def main(argv):
     print(f"Shard {_SHARD.value} done; when every shard is, rebuild the report with --report_only.")
     return
   records = store.all()
-  page = write_report(records, store.directory)
+  page = write_field_page(records, store.directory)
   print(f"Report: {page}")
   if study == "field" and _RESULTS.value is None:
     results_page = RESULTS_ROOT.parent / "RESULTS.md"

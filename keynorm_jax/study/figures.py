@@ -51,7 +51,7 @@ def _figure1_runs(records):
           if all((a, n) in runs for n in PAIR)}
 
 
-def plot_by_position(records, path) -> bool:
+def plot_figure1_accuracy_by_position(records, path) -> bool:
   """Figure 1; False (nothing drawn) when an architecture lacks the pair."""
   panels = _figure1_runs(records)
   if not panels:
@@ -93,7 +93,7 @@ def plot_by_position(records, path) -> bool:
   return True
 
 
-def reach_runs(records) -> dict:
+def needle_reach_runs(records) -> dict:
   """{(architecture, column): [seed-0 records]} of the runs that read their task's key at least
   REACH_BAR exact at 2x; column: 'baseline', 'kna' or 'other' (the attention variant)."""
   panels = {}
@@ -108,9 +108,9 @@ def reach_runs(records) -> dict:
   return panels
 
 
-def plot_reach(records, path) -> bool:
+def plot_figure2_needle_reach(records, path) -> bool:
   """Figure 2: exact match by length, a row per architecture, a column per attention group."""
-  panels = reach_runs(records)
+  panels = needle_reach_runs(records)
   if not panels:
     return False
   rows = [a for a in ("transformer", "gau") if any(k[0] == a for k in panels)]
@@ -155,8 +155,8 @@ def plot_reach(records, path) -> bool:
 
 def write(records, output) -> None:
   """Figures 1 and 2 into `output` (results/field/)."""
-  plot_by_position(records, output / FIGURE1)
-  plot_reach(records, output / FIGURE2)
+  plot_figure1_accuracy_by_position(records, output / FIGURE1)
+  plot_figure2_needle_reach(records, output / FIGURE2)
 
 
 def by_position_caption(records, folder) -> str:
@@ -172,7 +172,7 @@ def by_position_caption(records, folder) -> str:
 
 
 def reach_caption(records, folder) -> str:
-  panels = reach_runs(records)
+  panels = needle_reach_runs(records)
   if not panels:
     return "(No run reads a key beyond 1x yet.)"
   names = {a: ", ".join(method_name(r["config_name"]) for c, _ in REACH_COLUMNS

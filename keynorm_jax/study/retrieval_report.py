@@ -10,7 +10,7 @@ import statistics
 
 from keynorm_jax.evaluation.retrieval_report import plot_heat_map
 from keynorm_jax.study import plan
-from keynorm_jax.study.figures import FIGURE2, reach_runs
+from keynorm_jax.study.figures import FIGURE2, needle_reach_runs
 
 
 def with_retrieval(records, architecture=None, seed=None):
@@ -132,7 +132,7 @@ def retrieval_sections(records, heading="##", link_prefix="") -> list[str]:
               by_length_table(records, architecture),
               f"\n{heading}# {architecture}: inference-time options\n",
               options_table(records, architecture)]
-  if reach_runs(records):
+  if needle_reach_runs(records):
     parts += [f"\n![needle reach of the runs that read a key at 2x]({link_prefix}{FIGURE2})\n"]
   parts += [f"\n{heading}# Retrieval: seed-to-seed spread (mean ± standard deviation, and each "
             "seed's value)\n",

@@ -12,7 +12,7 @@ import pathlib
 
 import pytest
 
-from keynorm_jax.evaluation import outputs, report
+from keynorm_jax.evaluation import accuracy_tables, outputs
 from keynorm_jax.evaluation.command import EvalRequest, evaluate_runs, make_columns
 from keynorm_jax.runs import workdir_source
 from faults.helpers import killed_mid_swap
@@ -35,7 +35,7 @@ def test_a_full_disk_mid_write_prints_the_table_and_leaves_the_previous_files(
     pathlib.Path(path).write_text("run,config,st")
     _no_space()
 
-  monkeypatch.setattr(report, "write_csv", half_a_csv)
+  monkeypatch.setattr(accuracy_tables, "write_csv", half_a_csv)
   printed = []
   with pytest.raises(outputs.OutputError) as e:
     evaluate_runs(workdir_source(straight_run, warn=printed.append),

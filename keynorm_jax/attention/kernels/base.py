@@ -7,7 +7,7 @@ kernels/__init__.py; every kernel passes the shared conformance test against `re
 """
 
 import dataclasses
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -31,12 +31,12 @@ class Shape(NamedTuple):
     return cls(batch, length, heads, k.shape[2], size, v.shape[-1], v.dtype)
 
 
-def accept(mods, shape) -> Optional[str]:   # pylint: disable=unused-argument
+def accept(mods, shape) -> str | None:   # pylint: disable=unused-argument
   """A kernel's refusal that refuses nothing."""
   return None
 
 
-def longer_than_full_square(shape: Shape) -> Optional[str]:
+def longer_than_full_square(shape: Shape) -> str | None:
   """The refusal of kernels that score all T x T pairs at once, past FULL_SQUARE_MAX_LENGTH."""
   if shape.length > FULL_SQUARE_MAX_LENGTH:
     return (f"it scores all {shape.length} x {shape.length} pairs at once (past "

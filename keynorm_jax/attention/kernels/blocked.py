@@ -26,7 +26,7 @@ gradient accumulate in float32.
 """
 
 import functools
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -44,8 +44,8 @@ class _Blocks(NamedTuple):
   query_block: int
   key_block: int
   length: int                 # real (unpadded) sequence length
-  window: Optional[float]
-  sink_tokens: Optional[int]
+  window: float | None
+  sink_tokens: int | None
   dtype: object = jnp.float32  # the products' inputs (the compute dtype); sums in float32
 
 

@@ -15,7 +15,7 @@ with the log-sum-exps rounded so, against 0.008 for rounding the output alone).
   ReRoPE (forward)   keys with i - j < w by a windowed call on the near rotation, the rest by a
                      causal call of q_far[w:] against k_far[:T - w] (key j <= i - w), merged
   sinks (forward)    the window by a windowed call, the sink keys outside it (a few) scored in XLA
-                     by attention/scores.py, merged
+                     by attention/scores.py (at the far rule's rotation), merged
   ALiBi, KERPLE,     query chunks of CHUNK, each against the keys it can reach, with the chunk's
   FIRE               bias and mask built in XLA by attention/scores.py (no T x T array)
   values wider       (the GAU's 1536 beside q and k of 128) split into heads as wide as q, every
@@ -58,18 +58,21 @@ _logged: set = set()
 
 def expressible(mods, shape):
   """Why the compositions cannot express `mods` with `shape` (None: they can)."""
-  rerope = mods.far_from is not None and mods.sink_tokens is None
+  start = None if mods.far is None else mods.far.start   # from this distance the far rotation
+  rerope = start is not None and mods.sink_tokens is None
   if mods.explicit_positions and (mods.window is not None or rerope):
     return "the calls count a window or ReRoPE's distance by index, not by explicit positions"
   if rerope and mods.window is not None:
     return "ReRoPE with a window is not composed"
+  if mods.sink_tokens is not None and start is not None and start < mods.window:
+    return "a far rotation from inside the sinks' window is not composed"
   if mods.forget_gate:
     return "FoX's forget-gate bias depends on the data (the blocked kernel takes it)"
   if mods.scale_invariant_tau is not None:
     return "scale-invariant attention multiplies each score by a factor of its distance"
   if needs_whole_rows(mods):
     return needs_whole_rows(mods)
-  if mods.dca_chunk is not None:
+  if mods.far is not None and start is None:
     return "dual chunk attention chooses among three rotations by chunk"
   if rerope and (mods.alibi_slopes is not None or mods.score_bias is not None):
     return "ReRoPE with a score bias (ALiBi, KERPLE, FIRE) is not composed"
@@ -214,7 +217,7 @@ def _attention(call, prepared):
   length = q.shape[1]
   biased = mods.alibi_slopes is not None or mods.score_bias is not None
   if mods.sink_tokens is not None:
-    near_mods = mods._replace(sink_tokens=None, far_from=None)
+    near_mods = mods._replace(sink_tokens=None, far=None)
     near = (_biased_chunks(call, near_mods, queries, keys, q, k, v, mods.window, lse=True)
             if biased else call(q, k, v, window=mods.window, lse=True))
     sinks = min(mods.sink_tokens, length)
@@ -222,9 +225,9 @@ def _attention(call, prepared):
     return _merge(near, _in_xla(mods, queries, _slice(keys, 0, sinks), v[:, :sinks], outside))[0]
   if biased:
     return _biased_chunks(call, mods, queries, keys, q, k, v, mods.window)[0]
-  if mods.far_from is None or mods.far_from >= length:
+  if mods.far is None or mods.far.start >= length:
     return call(q, k, v, window=mods.window)[0]
-  w = mods.far_from
+  w = mods.far.start
   near = call(q, k, v, window=w, lse=True)
   far_out, far_lse = call(queries.far[:, w:] * multiplier[:, w:], keys.far[:, :length - w],
                           v[:, :length - w], lse=True)

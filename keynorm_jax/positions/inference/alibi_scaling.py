@@ -13,7 +13,7 @@ class AlibiScaling(Scaled):
 
   # Each subclass defines scaled(slopes) -> new slopes.
 
-  def apply(self, spec):
+  def apply(self, spec, train_length):
     if spec.alibi_slopes is None:
       return spec
     return spec.replace(alibi_slopes=tuple(self.scaled(spec.alibi_slopes)))

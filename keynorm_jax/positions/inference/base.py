@@ -1,11 +1,12 @@
 """The inference-method registry and its base classes: a method's knobs left None take their
 default at the evaluated length (`at`); `skip_reason` says why a method does not apply to a model
-(e.g. a RoPE scaling on an ALiBi model); `apply` rewrites a layer's AttentionSpec."""
+(e.g. a RoPE scaling on an ALiBi model); `apply` rewrites a layer's AttentionSpec (a far rotation
+is a rule of attention.far, set as the spec's `far`)."""
 
 import dataclasses
 
 from keynorm_jax.positions.registry import Method, Registry, knob
-from keynorm_jax.positions.spec import AttentionSpec
+from keynorm_jax.positions.layer_spec import AttentionSpec
 from keynorm_jax.positions.training_methods import TrainingMethod
 
 INFERENCE_METHODS = Registry("inference method")
@@ -16,6 +17,11 @@ def check_factor(factor):
   if factor is not None and not factor >= 1.0:
     raise ValueError(f"factor must be >= 1 (or left unset for length / train_length), got "
                      f"{factor}.")
+
+
+def unset_or(value, default):
+  """A knob's value, or its default where it is unset (None; 0 is a value)."""
+  return default if value is None else value
 
 
 def check_positive(name, value):
@@ -39,7 +45,10 @@ class InferenceMethod(Method):
     del method, num_heads, trained_scaling
     return None
 
-  def apply(self, spec: AttentionSpec) -> AttentionSpec:
+  def apply(self, spec: AttentionSpec, train_length: int) -> AttentionSpec:
+    """A layer's spec rewritten by the method (knobs resolved by `at`) in a model trained at
+    train_length."""
+    del train_length
     return spec
 
   def knob_values(self) -> dict:
@@ -66,8 +75,8 @@ class Scaled(InferenceMethod):
     return max(1.0, length / train_length)
 
   def at(self, length, train_length):
-    return dataclasses.replace(self, factor=self.factor or self.default_factor(length,
-                                                                               train_length))
+    return dataclasses.replace(self, factor=unset_or(self.factor,
+                                                     self.default_factor(length, train_length)))
 
 
 def inference_method(name: str, **knobs) -> InferenceMethod:

@@ -3,7 +3,7 @@
 import dataclasses
 
 from keynorm_jax.positions.inference.base import AsTrained, InferenceMethod
-from keynorm_jax.positions.spec import AttentionSpec
+from keynorm_jax.positions.layer_spec import AttentionSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,8 +20,8 @@ class EvalColumn:
   def at(self, length: int, train_length: int) -> "EvalColumn":
     return dataclasses.replace(self, method=self.method.at(length, train_length))
 
-  def apply(self, spec: AttentionSpec) -> AttentionSpec:
-    spec = self.method.apply(spec)
+  def apply(self, spec: AttentionSpec, train_length: int) -> AttentionSpec:
+    spec = self.method.apply(spec, train_length)
     return spec.replace(posthoc_logn=True) if self.posthoc_logn else spec
 
   def record(self) -> dict:

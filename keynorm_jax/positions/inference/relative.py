@@ -5,21 +5,27 @@ import dataclasses
 import math
 import typing
 
-from keynorm_jax.positions.inference.base import InferenceMethod, check_positive, register
+from keynorm_jax.attention import far
+from keynorm_jax.positions.inference.base import (InferenceMethod, check_positive, register,
+                                                  unset_or)
 from keynorm_jax.positions.registry import knob
 
 
 @dataclasses.dataclass(frozen=True)
 class RelativeRewrite(InferenceMethod):
   """Base of the methods that change the relative positions a RoPE layer scores at (ReRoPE,
-  Self-Extend, DCA, STRING): `spec_changes()` on the layers with RoPE, the others as they are."""
+  Self-Extend, DCA, STRING): their far rule (attention.far, `far_rule`) on the layers with RoPE,
+  the others as they are."""
   verb: typing.ClassVar[str] = "change"   # in the skip reason: "<method> has no RoPE to <verb>"
 
   def skip_reason(self, method, num_heads, trained_scaling="none"):
     return None if method.rotary else f"{method.name} has no RoPE to {self.verb}"
 
-  def apply(self, spec):
-    return spec if spec.rotary is None else spec.replace(**self.spec_changes())
+  def far_rule(self, train_length: int) -> far.Far:
+    raise NotImplementedError
+
+  def apply(self, spec, train_length):
+    return spec if spec.rotary is None else spec.replace(far=self.far_rule(train_length))
 
 
 @register
@@ -35,10 +41,10 @@ class ReRoPE(RelativeRewrite):
     check_positive("rerope_window", self.rerope_window)
 
   def at(self, length, train_length):
-    return dataclasses.replace(self, rerope_window=self.rerope_window or train_length // 2)
+    return dataclasses.replace(self, rerope_window=unset_or(self.rerope_window, train_length // 2))
 
-  def spec_changes(self):
-    return dict(rerope_window=self.rerope_window)
+  def far_rule(self, train_length):
+    return far.ReRoPE(self.rerope_window)
 
 
 @register
@@ -57,11 +63,10 @@ class LeakyReRoPE(RelativeRewrite):
 
   def at(self, length, train_length):
     return dataclasses.replace(
-        self, leaky_rerope_window=self.leaky_rerope_window or train_length // 4)
+        self, leaky_rerope_window=unset_or(self.leaky_rerope_window, train_length // 4))
 
-  def spec_changes(self):
-    return dict(rerope_window=self.leaky_rerope_window,
-                        leaky_rerope_factor=self.leaky_rerope_factor)
+  def far_rule(self, train_length):
+    return far.ReRoPE(self.leaky_rerope_window, self.leaky_rerope_factor)
 
 
 @register
@@ -87,14 +92,13 @@ class SelfExtend(RelativeRewrite):
     check_positive("self_extend_group", self.self_extend_group)
 
   def at(self, length, train_length):
-    window = self.self_extend_window or max(1, train_length // 4)
+    window = unset_or(self.self_extend_window, max(1, train_length // 4))
     room = max(1.0, 2 * train_length / 3 - window)
-    group = self.self_extend_group or max(1, math.ceil((length - window) / room))
+    group = unset_or(self.self_extend_group, max(1, math.ceil((length - window) / room)))
     return dataclasses.replace(self, self_extend_window=window, self_extend_group=group)
 
-  def spec_changes(self):
-    return dict(rerope_window=self.self_extend_window,
-                        self_extend_group=self.self_extend_group)
+  def far_rule(self, train_length):
+    return far.SelfExtend(self.self_extend_window, self.self_extend_group)
 
 
 @register
@@ -114,14 +118,14 @@ class DCA(RelativeRewrite):
     check_positive("dca_chunk", self.dca_chunk)
 
   def at(self, length, train_length):
-    chunk = self.dca_chunk or max(1, 3 * train_length // 4)
+    chunk = unset_or(self.dca_chunk, max(1, 3 * train_length // 4))
     if chunk >= train_length:
       raise ValueError(f"dca_chunk {chunk} must be below the training length {train_length} "
                        f"(the successive chunk's queries sit up to c - 1).")
     return dataclasses.replace(self, dca_chunk=chunk)
 
-  def spec_changes(self):
-    return dict(dca_chunk=self.dca_chunk)
+  def far_rule(self, train_length):
+    return far.DualChunk(self.dca_chunk, train_length)
 
 
 @register
@@ -147,9 +151,9 @@ class String(RelativeRewrite):
                        f"{self.string_shift} (a shifted distance t - S + W stays below t).")
 
   def at(self, length, train_length):
-    shift = self.string_shift or max(1, int(0.33 * train_length))
+    shift = unset_or(self.string_shift, max(1, int(0.33 * train_length)))
     window = self.string_window if self.string_window is not None else min(128, shift)
     return dataclasses.replace(self, string_shift=shift, string_window=window)
 
-  def spec_changes(self):
-    return dict(rerope_window=self.string_shift, string_window=self.string_window)
+  def far_rule(self, train_length):
+    return far.String(self.string_shift, self.string_window)

@@ -21,7 +21,7 @@ class RopeScaling(Scaled):
   def rotary_changes(self) -> dict:
     return dict(scaling=self.name, factor=self.factor)
 
-  def apply(self, spec):
+  def apply(self, spec, train_length):
     if spec.rotary is None:
       return spec
     return spec.replace(rotary=dataclasses.replace(spec.rotary, **self.rotary_changes()))

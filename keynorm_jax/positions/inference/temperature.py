@@ -4,7 +4,8 @@ i's scores times a factor of its position i (Llama 4's tuning, post-hoc SSMax)."
 import dataclasses
 import math
 
-from keynorm_jax.positions.inference.base import InferenceMethod, Scaled, check_positive, register
+from keynorm_jax.positions.inference.base import (InferenceMethod, Scaled, check_positive, register,
+                                                  unset_or)
 from keynorm_jax.positions.registry import knob
 
 
@@ -12,7 +13,7 @@ from keynorm_jax.positions.registry import knob
 class Temperature(Scaled):
   """Every score times a factor of s = length / train_length (`scale(s)`); weights unchanged."""
 
-  def apply(self, spec):
+  def apply(self, spec, train_length):
     return spec.replace(logit_scale=spec.logit_scale * self.scale(self.factor))
 
 
@@ -65,14 +66,15 @@ class Llama4Temperature(InferenceMethod):
     check_positive("llama4_floor_scale", self.llama4_floor_scale)
 
   def at(self, length, train_length):
-    return dataclasses.replace(self, llama4_floor_scale=self.llama4_floor_scale or train_length)
+    return dataclasses.replace(self,
+                               llama4_floor_scale=unset_or(self.llama4_floor_scale, train_length))
 
   def skip_reason(self, method, num_heads, trained_scaling="none"):
     if method.layers_without_rope:
       return None
     return f"Llama 4 tunes the layers without RoPE, and every {method.name} layer has RoPE"
 
-  def apply(self, spec):
+  def apply(self, spec, train_length):
     if spec.rotary is not None:
       return spec
     return spec.replace(llama4_temperature=(self.llama4_attn_scale,
@@ -95,7 +97,7 @@ class PosthocSSMax(InferenceMethod):
       raise ValueError(f"ssmax_s must be > 0, got {self.ssmax_s}.")
 
   def at(self, length, train_length):
-    return dataclasses.replace(self, ssmax_s=self.ssmax_s or 1.0 / math.log(train_length))
+    return dataclasses.replace(self, ssmax_s=unset_or(self.ssmax_s, 1.0 / math.log(train_length)))
 
-  def apply(self, spec):
+  def apply(self, spec, train_length):
     return spec.replace(posthoc_ssmax=self.ssmax_s)

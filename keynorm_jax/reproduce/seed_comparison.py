@@ -1,10 +1,11 @@
-"""The reproduction's results page: the seed's tables with our numbers beside them, and plots."""
+"""The reproduction's results page: the seed's tables with our numbers beside them (the comparison),
+and plots."""
 
 import json
 import pathlib
 
 from keynorm_jax.evaluation.outputs import text_writer, write_files
-from keynorm_jax.evaluation.report import plot_accuracy_by_position, plot_diagnostics
+from keynorm_jax.evaluation.accuracy_tables import plot_accuracy_by_position, plot_diagnostics
 from keynorm_jax.seed_results import (EXTRA_VARIANTS, NO_SCALING, WITH_SCALING, label,
                                                 seed_name)
 

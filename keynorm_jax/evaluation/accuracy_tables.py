@@ -1,4 +1,5 @@
-"""Evaluation results as a table (printed, results.md), results.json, results.csv and PNG plots.
+"""eval.py's accuracy tables (printed, results.md), results.json, results.csv and its plots
+(accuracy by position, the diagnostics).
 
 Every record names its seed; a seed group's cells (seed_summary.py) show the mean ± standard
 deviation over its seeds in the tables and the mean with a shaded ± std band in the plot, and are

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from keynorm_jax import rope
+from keynorm_jax.attention.spec import ScoreRules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +27,12 @@ class RotarySpec:
   fraction: float = 1.0            # p-RoPE: share of pairs rotated (the highest frequencies)
   xpos_gamma: float | None = None  # xPos decay zeta_m = (2m/S + gamma) / (1 + gamma)
   xpos_scale_base: float | None = None
-  original_length: int = 0         # the length `scaling` scales from; 0 = the training length
+  original_length: int | None = None  # the length `scaling` scales from; None: the training length
+
+  def __post_init__(self):
+    if self.original_length is not None and self.original_length < 1:
+      raise ValueError(f"original_length must be at least 1 (or unset: the training length), got "
+                       f"{self.original_length}.")
 
 
 # The fields of a RotarySpec that the model's own (trained) RoPE scaling sets, besides `scaling`
@@ -35,9 +41,9 @@ SCALING_KNOBS = ("factor", "beta_fast", "beta_slow", "low_freq_factor", "high_fr
                  "original_length")
 
 
-def scaled_from(original_length: int, train_length: int) -> int:
-  """The length a RoPE scaling scales from: original_length, or (0) the training length."""
-  return original_length or train_length
+def scaled_from(original_length: int | None, train_length: int) -> int:
+  """The length a RoPE scaling scales from: original_length, or (None) the training length."""
+  return train_length if original_length is None else original_length
 
 
 def rope_scaling_defaults() -> dict:
@@ -47,48 +53,26 @@ def rope_scaling_defaults() -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class AttentionSpec:
-  """Position settings of one attention layer.
+class AttentionSpec(ScoreRules):
+  """Position settings of one attention layer: attention.ScoreRules' (its far rule, window, sinks,
+  temperatures, scale-invariant's tau: the attention takes them as they are), and
 
   Attributes:
     rotary: RoPE settings, or None for no rotation (NoPE, absolute, bias methods).
-    rerope_window, leaky_rerope_factor: ReRoPE (needs rotary).
-    self_extend_group: with rerope_window, Self-Extend: keys at rerope_window or farther are scored
-      at grouped positions (group size G) instead of ReRoPE's clipped one.
-    string_window: with rerope_window (STRING's shift S), STRING: distances t >= S become
-      t - S + string_window.
-    dca_chunk: dual chunk attention's chunk size s (its c is the training length).
-    window: keep keys with 0 <= i - j < window.
-    sink_tokens: with window, also keep keys j < sink_tokens (StreamingLLM).
     alibi_slopes: one slope per head; the bias -m (i - j) is added to the scores.
     learned_bias: "kerple_log" or "fire": the layer owns a learnable bias of that kind.
     forget_gate: FoX: the layer owns per-head forget gates f_t = sigmoid(w . x_t + b) on its input
       x_t, adding sum_{l=j+1..i} log f_l to the scores.
     cope_positions: CoPE: the layer owns position embeddings e [head size, cope_positions] and adds
       q_i . e[p_ij] at the contextual position p_ij (capped at cope_positions - 1).
-    scale_invariant_tau: scale-invariant attention's tau: a score S at distance t becomes a_t S + m_t.
-    logit_scale: every score times this (an inference-time temperature rule).
-    llama4_temperature: (a, F): query i's scores times 1 + a log(1 + floor((i + 1) / F)).
-    posthoc_ssmax: s: query i's scores times s log(i + 1).
     logn: trained log n on (True), off (False) or as the model is configured (None).
     posthoc_logn: inference-only max(1, log(i + 1) / log(L_train)) on the scores.
   """
   rotary: RotarySpec | None = None
-  rerope_window: int | None = None
-  leaky_rerope_factor: float | None = None
-  self_extend_group: int | None = None
-  string_window: int | None = None
-  dca_chunk: int | None = None
-  window: int | None = None
-  sink_tokens: int | None = None
   alibi_slopes: tuple[float, ...] | None = None
   learned_bias: str | None = None
   forget_gate: bool = False
   cope_positions: int | None = None
-  scale_invariant_tau: float | None = None
-  logit_scale: float = 1.0
-  llama4_temperature: tuple[float, float] | None = None
-  posthoc_ssmax: float | None = None
   logn: bool | None = None
   posthoc_logn: bool = False
 

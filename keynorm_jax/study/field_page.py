@@ -1,4 +1,5 @@
-"""The field study's tables and plots, rebuilt from the records in results/field/.
+"""FIELD.md, the field study's page: its tables and plots, rebuilt from the records in
+results/field/.
 
 Every number comes from a record file; each row names its seed(s) and commit. Accuracies are
 next-token accuracy (%) on non-repeated held-out text unless a table says otherwise.
@@ -230,7 +231,8 @@ def _text_only(records, architecture):
 
 
 def _by_position_records(records, architecture):
-  """The text-only seed-0 records of `architecture` with an accuracy at 8x (plot_by_position)."""
+  """The text-only seed-0 records of `architecture` with an accuracy at 8x
+  (plot_accuracy_by_position)."""
   return [r for r in _text_only(records, architecture)
           if (_find(r, 8 * _train_length(r)) or {}).get("accuracy") is not None]
 
@@ -255,7 +257,7 @@ def _plot_per_method(recs, draw, path, *, ylabel: str, title: str, xlabel: str) 
   plt.close(fig)
 
 
-def plot_by_position(records, architecture, path) -> bool:
+def plot_accuracy_by_position(records, architecture, path) -> bool:
   """Accuracy by position at 8x, seed 0, trained on text alone, a panel per position method
   (plot_style.method_grid); False (nothing drawn) when no record has an 8x accuracy."""
   recs = _by_position_records(records, architecture)
@@ -279,7 +281,7 @@ def _reach_layers(rec):
   return layers if layers and all("reach" in l for l in layers.values()) else None
 
 
-def plot_reach(records, architecture, path) -> bool:
+def plot_attention_by_distance(records, architecture, path) -> bool:
   """Attention mass by distance for queries beyond the training length at 8x (mean over layers),
   seed 0, a panel per position method; False (nothing drawn) when no record has the measurement."""
   recs = [r for r in _text_only(records, architecture) if _reach_layers(r)]
@@ -301,7 +303,7 @@ def plot_reach(records, architecture, path) -> bool:
   return True
 
 
-def write_report(records, output) -> pathlib.Path:
+def write_field_page(records, output) -> pathlib.Path:
   """Writes <output>/FIELD.md and its plots, RESULTS.md's figures and the run log (NOTES.md) from
   the records; returns FIELD.md's path."""
   output = pathlib.Path(output)
@@ -325,7 +327,7 @@ def write_report(records, output) -> pathlib.Path:
     if not _seed0(records, architecture):
       continue
     png = f"by_position_{architecture}.png"
-    drawn = plot_by_position(records, architecture, output / png)
+    drawn = plot_accuracy_by_position(records, architecture, output / png)
     sections += [f"## {architecture}: the field table (seed 0)\n", field_table(records, architecture),
                  f"\n## {architecture}: each method's inference-time options at 8x\n",
                  options_table(records, architecture),
@@ -340,8 +342,9 @@ def write_report(records, output) -> pathlib.Path:
                  "train_length / 8 tokens (sink); the entropy (nats). See "
                  "keynorm_jax/evaluation/diagnostics.py."
                  "\n", reach_table(records, architecture), ""]
-    if plot_reach(records, architecture, output / f"reach_{architecture}.png"):
-      sections += [f"![where attention goes](reach_{architecture}.png)\n"]
+    png = f"reach_{architecture}.png"   # (the name of the plots already in results/field/)
+    if plot_attention_by_distance(records, architecture, output / png):
+      sections += [f"![where attention goes]({png})\n"]
   sections += ["## Seed-to-seed spread (mean ± standard deviation over seeds)\n",
                seed_table(records)]
   retrieval_report.write_plots(records, output)
