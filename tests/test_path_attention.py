@@ -188,7 +188,7 @@ def test_a_changed_order_or_diagonal_convention_fails(mutation):
   # across them. (Mutating path.py itself, e.g. T^T for T in the sweep or the factor after the
   # key kept in k~, fails test_scores_match_the_definition: docs/path.md.)
   x = _inputs(7)
-  options = _reference_options("baseline", gates=False)
+  options = _reference_options("baseline", logn=True, window=7)   # (test_scores_...'s program)
   arrays, kwargs = _path_arguments(x, **options)
   got = np.asarray(path_scores(*arrays, chunk=4, **kwargs))
   right = ref.scores(x["q"], x["k"], x["w"], x["beta"], **_reference(x, **options))
