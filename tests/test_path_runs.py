@@ -1,8 +1,9 @@
 """PaTH and PaTH-FoX end to end: the four configs on both architectures train (tiny, two steps), and
 one PaTH-FoX run of each architecture is evaluated at 8x and 16x its training length with the
-weights as trained, as the model is and under a window; the inference methods that do not apply are skipped with their reason; what does
-not compose is refused in one line naming the setting; and the field study's plan holds their ten
-runs last, with the window alone as their inference option."""
+weights as trained, as the model is and under a window; the inference methods that do not apply
+are skipped with their reason; what does not compose is refused in one line naming the setting;
+and the field study's plan holds their ten runs last, with the window alone as their inference
+option."""
 
 import math
 

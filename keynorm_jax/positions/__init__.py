@@ -21,5 +21,5 @@ from keynorm_jax.positions.training_methods import (TRAINING_METHODS, TrainingMe
 __all__ = ["INDICES", "Indices", "indices_knob_defaults", "position_indices",
            "INFERENCE_METHODS", "EvalColumn", "InferenceMethod", "inference_method",
            "UnknownMethodError", "knob_type", "AttentionSpec", "PathSpec", "RotarySpec",
-           "alibi_slopes", "rotary_inv_freq", "scaled_from", "SCALING_KNOBS", "rope_scaling_defaults",
-           "TRAINING_METHODS", "TrainingMethod", "knob_defaults", "training_method"]
+           "alibi_slopes", "rotary_inv_freq", "scaled_from", "SCALING_KNOBS",
+           "rope_scaling_defaults", "TRAINING_METHODS", "TrainingMethod", "knob_defaults", "training_method"]
