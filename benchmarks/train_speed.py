@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.compiled import compiled_gib  # pylint: disable=wrong-import-position
 from benchmarks.flops import train_step_flops  # pylint: disable=wrong-import-position
 from keynorm_jax import precision, run_config  # pylint: disable=wrong-import-position
 from keynorm_jax.cpu import features  # pylint: disable=wrong-import-position
@@ -56,14 +57,6 @@ def matmul_peak(n: int, dtype=jnp.float32, repeats: int = 20) -> float:
     f(a).block_until_ready()
     best = min(best, time.perf_counter() - start)
   return 2 * n**3 / best
-
-
-def compiled_gib(compiled) -> float:
-  """Arguments + temporaries of a compiled step (GiB per device), or nan where XLA does not say."""
-  analysis = compiled.memory_analysis()
-  if analysis is None:
-    return float("nan")
-  return (analysis.argument_size_in_bytes + analysis.temp_size_in_bytes) / 2**30
 
 
 def time_train_step(config_name: str, size: str, dtype: str, steps: int, repeats: int):

@@ -46,6 +46,16 @@ def log_forget(seed):
   return (-np.log1p(np.exp(-z))).astype(np.float32)
 
 
+def path_factors(seed, kv_heads=2):
+  """PaTH's factors of the kernels' 2 key/value heads: unit w [B, T, kv_heads, S], beta
+  [B, T, kv_heads] in (0.05, 1.95) (the layer's 2 sigmoid, away from its ends)."""
+  rng = np.random.default_rng(seed)
+  w = rng.normal(size=(B, T, kv_heads, S))
+  beta = rng.uniform(0.05, 1.95, size=(B, T, kv_heads))
+  return attention.PathFactors((w / np.linalg.norm(w, axis=-1, keepdims=True)).astype(np.float32),
+                               beta.astype(np.float32))
+
+
 SSMAX = np.array([0.3, 0.7, 1.1, 1.9], np.float32)   # SSMax's s, one per head
 CASES = {
     "baseline": dict(variant="baseline"),
@@ -111,6 +121,11 @@ CASES = {
                                      positions=sorted_random_positions(1)),
     "random_positions_rerope": dict(variant="kna", inv_freq=INV32, far=far.ReRoPE(30),
                                     positions=sorted_random_positions(2)),
+    # PaTH (attention/path.py): grouped-query heads (the kernels' inputs have 2 key/value heads);
+    # KNA with the trained log n and a window, and PaTH-FoX's gates with CosA and SSMax's scale.
+    "path_kna_logn_window": dict(variant="kna", logn_base=6, window=13, path=path_factors(8)),
+    "path_fox_cosa_ssmax": dict(variant="cosa", cosa_scale=3.0, ssmax_scale=SSMAX,
+                                log_forget=log_forget(9), path=path_factors(10)),
 }
 
 

@@ -13,6 +13,10 @@ by its norm BEFORE the path's product, lam = 1; cosa: both, lam = its scale), ka
 log(n0) for the trained log n (else 1), kept where j <= i and i - j < window, softmax over j.
 The gate term is not multiplied by lam or kappa (FoX's convention).
 
+`factors` computes the layer's w_t and beta_t from its input (fla's PaTHAttention layer: a low-rank
+projection, a causal depthwise convolution with SiLU, the L2 norm per key/value head; beta_t = 2
+sigmoid(x_t W_beta + b)), one position and channel at a time.
+
 `order` and `from_key` change the definition on purpose, for the tests that must fail: order
 "earliest_left" multiplies H_{j+1} ... H_i, from_key=True starts the product at H_j (so that even
 a_ii has a factor).
@@ -95,3 +99,34 @@ def attention(q, k, v, w, beta, **options):
     for h in range(H):
       out[b, :, h] = weights[b, h] @ v[b, :, h // (H // G)]
   return out, weights
+
+
+def factors(x, projection, beta_w, beta_b, conv=None, kv_heads=1, eps=1e-12):
+  """(w [B, T, G, S], beta [B, T, G]) float64 of a layer's input x [B, T, d].
+
+  projection: the matrices x is multiplied by in turn (W_down, W_up, or one W [d, G S]); conv:
+  taps [K, G S], y_t[c] = sum_m taps[m, c] x_{t-K+1+m}[c] (zero before the first token), then
+  SiLU; None: no convolution. w is then split into G heads and each divided by its norm,
+  sqrt(sum of squares + eps) (the layer's eps: at a tiny model's initial scale, squared norms near
+  1e-9, it moves w by 1e-4 of itself).
+  """
+  x = np.asarray(x, np.float64)
+  z = x
+  for matrix in projection:
+    z = z @ np.asarray(matrix, np.float64)
+  B, T, width = z.shape
+  if conv is not None:
+    conv = np.asarray(conv, np.float64)
+    K = conv.shape[0]
+    y = np.zeros_like(z)
+    for b in range(B):
+      for t in range(T):
+        for m in range(K):
+          source = t - K + 1 + m
+          if source >= 0:
+            y[b, t] += conv[m] * z[b, source]
+    z = y / (1.0 + np.exp(-y))          # SiLU
+  w = z.reshape(B, T, kv_heads, width // kv_heads)
+  w = w / np.sqrt(np.sum(w * w, axis=-1, keepdims=True) + eps)
+  logits = x @ np.asarray(beta_w, np.float64) + np.asarray(beta_b, np.float64)
+  return w, 2.0 / (1.0 + np.exp(-logits))

@@ -129,9 +129,9 @@ def test_every_fusable_position_setting(method, column):
 def test_every_position_method_is_covered_or_refused():
   """A new position method must be added to POSITION_SETTINGS (or to the refused: FoX's
   data-dependent bias, scale-invariant attention's factors and CoPE's positions go to the einsum
-  kernels)."""
+  kernels, PaTH's transform of each pair to the blocked kernel)."""
   on_embedding = {"sinusoidal", "learned"}
-  refused = {"fox", "scale_invariant", "cope"}
+  refused = {"fox", "scale_invariant", "cope", "path", "path_fox"}
   assert set(positions.TRAINING_METHODS.names()) == set(POSITION_SETTINGS) | on_embedding | refused
   log_forget = np.zeros((B, T, H), np.float32)
   shape = Shape(B, T, H, H, S, S, np.float32)

@@ -26,10 +26,11 @@ REFUSED = {
     "blocked": {"stickbreaking_window_rope", "cope_kna_window"},  # whole rows of keys
     # A window or ReRoPE over explicit positions (the calls count indices).
     # ReRoPE with a score bias (not composed).
-    # FoX's data-dependent bias; scale-invariant's factor on each score; stick-breaking.
+    # FoX's data-dependent bias; scale-invariant's factor on each score; stick-breaking; PaTH's
+    # transform of each pair.
     "xla": {"shifted_positions", "random_positions_per_row", "random_positions_rerope",
             "rerope_alibi", "fox_window_kna", "scale_invariant_sinks", "stickbreaking_window_rope",
-            "cope_kna_window", "dca"},
+            "cope_kna_window", "dca", "path_kna_logn_window", "path_fox_cosa_ssmax"},
     "cudnn": set(CASES) | {"values_wider"},   # refused on a CPU: "cuDNN runs on a GPU only"
 }
 # The same cases with the GAU's layout (values wider than q and k) for the shape refusals.
@@ -40,7 +41,8 @@ ALL_CASES = sorted(CASES) + ["values_wider"]
 GRADIENT_CASES = ["kna_rope", "rerope", "leaky_rerope", "sinks_over_a_block", "window_alibi",
                   "xpos", "random_positions_per_row", "ssmax", "cosa_rope_logn", "fire_sinks",
                   "fire", "values_wider", "fox_window_kna", "scale_invariant_sinks",
-                  "stickbreaking_window_rope", "cope_kna_window", "dca", "qna_rope_logn_ssmax"]
+                  "stickbreaking_window_rope", "cope_kna_window", "dca", "qna_rope_logn_ssmax",
+                  "path_fox_cosa_ssmax"]
 # Computed forward only (two calls merged by log-sum-exps): differentiating them raises.
 FORWARD_ONLY = {"xla": {"rerope", "leaky_rerope", "sinks_over_a_block", "fire_sinks",
                         "self_extend", "string"}}
@@ -98,11 +100,11 @@ def test_kernel_matches_reference_or_refuses(name, case):
     if c not in REFUSED[n] | FORWARD_ONLY.get(n, set())])
 def test_kernel_gradients_match_reference(name, case):
   """Gradients of q, k, v and of the learnable arrays among the options (SSMax's scale, FoX's
-  log forget gates, CoPE's embeddings)."""
+  log forget gates, CoPE's embeddings, PaTH's factors)."""
   q, k, v, options = _case(case)
   index = _seed(case)
   gives_entropy = kernels.KERNELS[name].gives_entropy
-  learnable = {n: options[n] for n in ("ssmax_scale", "log_forget", "cope_embeddings")
+  learnable = {n: options[n] for n in ("ssmax_scale", "log_forget", "cope_embeddings", "path")
                if n in options}
   fixed = {n: x for n, x in options.items() if n not in learnable}
 
@@ -135,6 +137,11 @@ def test_auto_on_a_cpu():
   assert attention.select("auto", plain, shape(512)).name == "cpu"
   assert attention.select("auto", plain, shape(4096)).name == "blocked"
   assert attention.select("reference", plain, shape(4096)).name == "reference"   # named: as told
+  # PaTH: by chunks at every length (memory linear in T), never the full square unless named.
+  path = mods_of(path=CASES["path_kna_logn_window"]["path"])
+  assert [attention.select("auto", path, shape(n)).name for n in (16, 4096)] == ["blocked"] * 2
+  assert attention.select("cpu", path, shape(512)).name == "cpu"
+  assert attention.select("reference", path, shape(512)).name == "reference"
 
 
 def test_a_named_kernel_that_refuses_gives_way_with_a_warning(caplog, monkeypatch):

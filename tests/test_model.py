@@ -77,7 +77,8 @@ def test_every_position_setting_reaches_the_attention():
   x = jnp.ones((1, 4, CFG.d_model))
   learned = lambda spec: _Learned(spec).init_with_output(jax.random.PRNGKey(0), x)[0]
   assert all(v is None for v in learned(positions.AttentionSpec()).values())
-  for name, value in dict(learned_bias="fire", forget_gate=True, cope_positions=5).items():
+  for name, value in dict(learned_bias="fire", forget_gate=True, cope_positions=5,
+                          path=positions.PathSpec()).items():
     built = learned(positions.AttentionSpec(**{name: value}))
     assert sum(v is not None for v in built.values()) == 1, name
 

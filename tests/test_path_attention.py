@@ -64,9 +64,10 @@ def _path_arguments(x, *, variant, cosa_scale, logn_base, window, gates):
     log_n = jnp.log(jnp.arange(length, dtype=jnp.float32) + 1) / math.log(logn_base)
     multiplier = jnp.broadcast_to(log_n[None, :, None], (batch, length, heads))
   f32 = lambda name: jnp.asarray(x[name], jnp.float32)
-  return (q, k, f32("w"), f32("beta")), dict(
-      log_forget=f32("log_forget") if gates else None, scale=scale, multiplier=multiplier,
-      window=window)
+  # FoX's c_t = sum_{l<=t} log f_l, as prepare.py gives it to path.py.
+  decay = jnp.cumsum(f32("log_forget"), axis=1) if gates else None
+  return (q, k, f32("w"), f32("beta")), dict(decay=decay, scale=scale, multiplier=multiplier,
+                                             window=window)
 
 
 def _check_scores(got, expected, atol=2e-5):
@@ -210,8 +211,8 @@ def test_memory_is_linear_in_the_length():
     return (f(1, length, 2, 8), f(1, length, 1, 8), f(1, length, 1, 8), f(1, length, 1, 8),
             f(1, length, 1), f(1, length, 2))
 
-  def loss(q, k, v, w, beta, log_forget):
-    return jnp.sum(path.path_attention(q, k, v, w, beta, log_forget=log_forget, chunk=16)[0] ** 2)
+  def loss(q, k, v, w, beta, decay):
+    return jnp.sum(path.path_attention(q, k, v, w, beta, decay=decay, chunk=16)[0] ** 2)
 
   grad = jax.jit(jax.grad(loss, argnums=tuple(range(6))))
   temp = [grad.lower(*arrays(n)).compile().memory_analysis().temp_size_in_bytes

@@ -16,7 +16,9 @@ from keynorm_jax.training import loop as training
 from train_helpers import losses, tiny_config
 
 # The knobs whose 0 is a legal value (every other knob's 0 is refused).
-LEGAL_ZEROS = {("p_rope", "fraction"), ("scale_invariant", "fraction"), ("drope", "drop_share")}
+LEGAL_ZEROS = {("p_rope", "fraction"), ("scale_invariant", "fraction"), ("drope", "drop_share"),
+               # PaTH's w: one full projection; no short convolution.
+               *((m, k) for m in ("path", "path_fox") for k in ("path_w_rank", "path_conv_size"))}
 KNOBS = [(cls.name, f.name) for cls in positions.TRAINING_METHODS.classes()
          for f in dataclasses.fields(cls)]
 

@@ -2,13 +2,15 @@
 
 For query head h (its key/value head g = h // (H / G)), query i and key j <= i:
 
-  s_ij = scale x multiplier_i x q_i^T H_i H_{i-1} ... H_{j+1} k_j  +  sum_{l=j+1..i} log f_l,
+  s_ij = scale x multiplier_i x q_i^T H_i H_{i-1} ... H_{j+1} k_j  +  c_i - c_j,
   H_t  = I - beta_t w_t w_t^T   (w_t [S] and beta_t of key/value head g),
 
 the product empty (the identity) at j = i; kept where j <= i and i - j < window; o_i = sum_j
-softmax_j(s_ij) v_j in float32. The gate term (PaTH-FoX) is added unscaled, as FoX and this
-project's FoX add it (fla's PaTH code multiplies it by `scale` too: docs/path.md). The layer's w_t
-are unit vectors and beta_t in (0, 2) (2 sigmoid); nothing here relies on it: H_t is used as given.
+softmax_j(s_ij) v_j in float32. c_t = sum_{l<=t} log f_l is FoX's cumulative log forget gate
+(attention/prepare.py computes it: `decay`), so c_i - c_j = sum_{l=j+1..i} log f_l. The gate term
+(PaTH-FoX) is added unscaled, as FoX and this project's FoX add it (fla's PaTH code multiplies it
+by `scale` too: docs/path.md). The layer's w_t are unit vectors and beta_t in (0, 2) (2 sigmoid);
+nothing here relies on it: H_t is used as given.
 
 Never a T x T product of matrices. A chunk of C positions has one compact (UT) form of its product
 (`compact_form`), and a chunk's queries and keys are moved to its ends once:
@@ -102,7 +104,7 @@ def _pad(x, size: int):
   return jnp.pad(x, pad)
 
 
-def _chunks(q, k, v, w, beta, log_forget, scale, multiplier, chunk: int) -> _Chunks:
+def _chunks(q, k, v, w, beta, decay, scale, multiplier, chunk: int) -> _Chunks:
   """The compact forms, q~, k~ and the within-chunk scores of every chunk (all linear in T)."""
   batch, length, heads, size = q.shape
   groups = k.shape[2]
@@ -131,11 +133,10 @@ def _chunks(q, k, v, w, beta, log_forget, scale, multiplier, chunk: int) -> _Chu
       jnp.asarray(1.0 / math.sqrt(size) if scale is None else scale, jnp.float32)
       * (1.0 if multiplier is None else multiplier.astype(jnp.float32)), (batch, length, heads))
   gate_BxTxH = jnp.zeros((batch, length, heads), jnp.float32)
-  if log_forget is not None:
-    log_forget = log_forget.astype(jnp.float32)
-    if log_forget.shape[2] != heads:   # one gate per key/value head, shared by its query heads
-      log_forget = jnp.repeat(log_forget, heads // log_forget.shape[2], axis=2)
-    gate_BxTxH = jnp.cumsum(log_forget, axis=1)
+  if decay is not None:
+    gate_BxTxH = decay.astype(jnp.float32)
+    if decay.shape[2] != heads:   # one gate per key/value head, shared by its query heads
+      gate_BxTxH = jnp.repeat(gate_BxTxH, heads // decay.shape[2], axis=2)
   per_query = lambda x: _query_chunks(_pad(x, padded), chunk, groups)
   return _Chunks(q_tilde, k_tilde, w_NxBxGxCxS, tw_NxBxGxCxS, diagonal,
                  _kv_chunks(f32(v), chunk), per_query(factor_BxTxH), per_query(gate_BxTxH))
@@ -162,16 +163,15 @@ def _scores(dots_XxQxK, factor_XxQ, gate_XxQ, key_gate_XxK, keep_QxK):
   return jnp.where(keep_QxK, scores, MASKED)
 
 
-def _check(q, k, v, w, beta, log_forget, multiplier, window):
+def _check(q, k, v, w, beta, decay, multiplier, window):
   batch, length, heads, _ = q.shape
   groups = k.shape[2]
   if heads % groups:
     raise ValueError(f"{heads} query heads cannot share {groups} key/value heads evenly.")
   expected = {"k": (k, q.shape[:2] + (groups, q.shape[3])), "w": (w, k.shape),
               "v": (v, k.shape[:3] + v.shape[3:]), "beta": (beta, k.shape[:3])}
-  if log_forget is not None:
-    expected["log_forget"] = (log_forget, (batch, length, heads if log_forget.shape[2] == heads
-                                           else groups))
+  if decay is not None:
+    expected["decay"] = (decay, (batch, length, heads if decay.shape[2] == heads else groups))
   if multiplier is not None:
     expected["multiplier"] = (multiplier, (batch, length, heads))
   for name, (x, shape) in expected.items():
@@ -190,24 +190,25 @@ def _from_chunks(x, length: int):
   return x.reshape((batch, chunks * chunk, groups * per_group) + tail)[:, :length]
 
 
-def path_attention(q_BxTxHxS, k_BxTxGxS, v_BxTxGxE, w_BxTxGxS, beta_BxTxG, *, log_forget=None,
+def path_attention(q_BxTxHxS, k_BxTxGxS, v_BxTxGxE, w_BxTxGxS, beta_BxTxG, *, decay=None,
                    scale: Optional[float] = None, multiplier=None, window: Optional[int] = None,
                    chunk: int = DEFAULT_CHUNK):
   """PaTH attention by chunks with an online softmax (module docstring for the score).
 
   q [B, T, H, S], k [B, T, G, S], v [B, T, G, E] (grouped-query attention: H a multiple of G),
   w [B, T, G, S] (unit vectors), beta [B, T, G] (in (0, 2)): the key/value heads' factors.
-  log_forget: [B, T, H] or [B, T, G] log f_t <= 0 (PaTH-FoX; None: PaTH).
+  decay: [B, T, H] or [B, T, G] c_t = sum_{l<=t} log f_l, FoX's cumulative log forget gates
+    (PaTH-FoX; None: PaTH).
   scale: a number on every q . k (None: 1 / sqrt(S)); multiplier: [B, T, H] a factor per query
     (log n, SSMax), both on the path's q . k only, not on the gates.
   window: keep i - j < window (sequence indices); chunk: positions per chunk (any T).
 
   Returns (out [B, T, H, E] float32, entropy [B, T, H] in nats).
   """
-  _check(q_BxTxHxS, k_BxTxGxS, v_BxTxGxE, w_BxTxGxS, beta_BxTxG, log_forget, multiplier, window)
+  _check(q_BxTxHxS, k_BxTxGxS, v_BxTxGxE, w_BxTxGxS, beta_BxTxG, decay, multiplier, window)
   length = q_BxTxHxS.shape[1]
   chunk = max(1, min(chunk, length))
-  c = _chunks(q_BxTxHxS, k_BxTxGxS, v_BxTxGxE, w_BxTxGxS, beta_BxTxG, log_forget, scale,
+  c = _chunks(q_BxTxHxS, k_BxTxGxS, v_BxTxGxE, w_BxTxGxS, beta_BxTxG, decay, scale,
               multiplier, chunk)
   chunks = c.w.shape[0]
   # Earlier chunks a query chunk can reach: all of them, or those the window reaches.
@@ -268,17 +269,17 @@ def path_attention(q_BxTxHxS, k_BxTxGxS, v_BxTxGxE, w_BxTxGxS, beta_BxTxG, *, lo
   return _from_chunks(out, length), _from_chunks(entropy, length)
 
 
-def path_scores(q_BxTxHxS, k_BxTxGxS, w_BxTxGxS, beta_BxTxG, *, log_forget=None,
+def path_scores(q_BxTxHxS, k_BxTxGxS, w_BxTxGxS, beta_BxTxG, *, decay=None,
                 scale: Optional[float] = None, multiplier=None, window: Optional[int] = None,
                 chunk: int = DEFAULT_CHUNK):
   """Every score at once: [B, H, T, T] float32, MASKED where not kept (arguments as
   path_attention's). By the same chunks: query chunk n against key chunk n - d for every n at
   each d = 1, 2, ... (the queries of every chunk moved through one more chunk per step). T x T
   memory: for the full-square kernels and the tests."""
-  _check(q_BxTxHxS, k_BxTxGxS, k_BxTxGxS, w_BxTxGxS, beta_BxTxG, log_forget, multiplier, window)
+  _check(q_BxTxHxS, k_BxTxGxS, k_BxTxGxS, w_BxTxGxS, beta_BxTxG, decay, multiplier, window)
   length = q_BxTxHxS.shape[1]
   chunk = max(1, min(chunk, length))
-  c = _chunks(q_BxTxHxS, k_BxTxGxS, k_BxTxGxS, w_BxTxGxS, beta_BxTxG, log_forget, scale,
+  c = _chunks(q_BxTxHxS, k_BxTxGxS, k_BxTxGxS, w_BxTxGxS, beta_BxTxG, decay, scale,
               multiplier, chunk)
   chunks = c.w.shape[0]
 

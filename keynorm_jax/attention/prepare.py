@@ -26,6 +26,9 @@ Scale-invariant attention turns a score S at distance t into a_t S + m_t before 
 p_ij = sum_{t=j..i} sigmoid(s_it) interpolating the learned embeddings e [S, npos] (scores.cope).
 FoX's forget gates (log_forget = log f_t per head) add sum_{l=j+1..i} log f_l = c_i - c_j, with
 c_t = sum_{l<=t} log f_l computed here once (both sides carry c as `decay`).
+PaTH (Yang et al. 2025) puts the layer's Householder factors between q and k: multiplier_i x
+q_i^T H_i ... H_{j+1} k_j (attention/path.py), with q and k as the variant normalizes them here
+(before the product) and no rotation; the factors ride in `Prepared.path` to the kernels.
 Masks: causal; `window` keeps 0 <= p_i - p_j < w; `sink_tokens` k also keeps keys p_j < k.
 
 Far rotations (attention/far.py: ReRoPE, Self-Extend, STRING, dual chunk attention, StreamingLLM's
@@ -47,7 +50,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from keynorm_jax.attention.spec import Learned, Mods, Spec
+from keynorm_jax.attention.spec import Learned, Mods, PathFactors, Spec
 from keynorm_jax.cpu.boundary import own_op
 from keynorm_jax.rope import rope_table, rotate_by
 
@@ -72,11 +75,12 @@ class Side(NamedTuple):
 
 class Prepared(NamedTuple):
   """A kernel's input: queries [B, T, H, S] and keys [B, T, Hkv, S] (float32), values
-  [B, T, Hkv, E] as given."""
+  [B, T, Hkv, E] as given, and PaTH's factors (or None)."""
   queries: Side
   keys: Side
   values: jax.Array
   mods: Mods
+  path: PathFactors | None = None
 
 
 def l2_normalize(x, eps=1e-12):
@@ -188,4 +192,5 @@ def prepare(q, k, v, spec: Spec, learned: Learned, mods: Mods, *, positions=None
   index = jnp.arange(length)
   return Prepared(Side(q_near, q_far, positions_BxT, index, multiplier_BxTxH, decay_BxTxH,
                        q_farthest),
-                  Side(k_near, k_far, positions_BxT, index, decay=decay_BxTxH), v, mods)
+                  Side(k_near, k_far, positions_BxT, index, decay=decay_BxTxH), v, mods,
+                  learned.path)

@@ -6,8 +6,8 @@ position method and the evaluation column) and every value checked in its own co
 setting out of range, or one without its partner, is a ValueError naming it. A far rotation is one
 value, `far` (attention/far.py: ReRoPE, Self-Extend, STRING, dual chunk attention or StreamingLLM's
 cache, each with its own parameters). `Learned` holds the arrays (bias functions, forget gates,
-CoPE's embeddings, SSMax's scale). prepare.py computes with both; what the kernels need to know
-(`Mods`) is derived here, never restated by a caller.
+CoPE's embeddings, SSMax's scale, PaTH's Householder factors). prepare.py computes with both; what
+the kernels need to know (`Mods`) is derived here, never restated by a caller.
 
 A `Spec` is a JAX pytree: its inference-time numbers (`NUMBERS`, with its far rule's: ReRoPE's
 leak) are its leaves, every other field its static structure. Passed to a jitted function as an
@@ -48,6 +48,14 @@ class Mods(NamedTuple):
   scale_invariant_tau: float | None = None   # a_t score + m_t at distance t (scores.py)
   stick_breaking: bool = False               # stick-breaking weights instead of the softmax
   cope_embeddings: jax.Array | None = None   # [S, npos]: CoPE's position embeddings
+  path: bool = False                         # PaTH: q_i^T H_i ... H_{j+1} k_j (Prepared.path)
+
+
+class PathFactors(NamedTuple):
+  """PaTH's Householder factors H_t = I - beta_t w_t w_t^T of a layer (attention/path.py), per
+  key/value head: w [B, T, Hkv, S] (unit vectors), beta [B, T, Hkv] (in (0, 2))."""
+  w: jax.Array
+  beta: jax.Array
 
 
 class Learned(NamedTuple):
@@ -55,12 +63,13 @@ class Learned(NamedTuple):
 
   score_bias: bias(distance [B, Q, K] float32, query positions [B, Q]) -> [B, H, Q, K] (KERPLE,
     FIRE). log_forget: [B, T, H] FoX's log forget gates. cope_embeddings: [S, npos] CoPE's
-    position embeddings. ssmax_scale: [H] SSMax's s.
+    position embeddings. ssmax_scale: [H] SSMax's s. path: PaTH's factors (PathFactors).
   """
   score_bias: Callable | None = None
   log_forget: jax.Array | None = None
   cope_embeddings: jax.Array | None = None
   ssmax_scale: jax.Array | None = None
+  path: PathFactors | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -144,7 +153,14 @@ class Spec(ScoreRules):
 
   def mods(self, learned: Learned = Learned(), *, explicit_positions: bool = False) -> Mods:
     """What the kernels add or mask (no array work: a kernel is chosen from it before
-    preparing; attend derives it once per call and hands it to prepare)."""
+    preparing; attend derives it once per call and hands it to prepare). A ValueError where
+    PaTH's factors meet a setting they do not compose with (`path_conflicts`)."""
+    if learned.path is not None:
+      conflicts = path_conflicts(self, learned, explicit_positions)
+      if conflicts:
+        raise ValueError(f"PaTH (Learned.path) scores q_i^T H_i ... H_{{j+1}} k_j by chunks with "
+                         f"only a window, a factor per query and FoX's gates besides; it does not "
+                         f"compose with {', '.join(conflicts)}: drop them.")
     slopes = None if self.alibi_slopes is None else jnp.asarray(self.alibi_slopes, jnp.float32)
     return Mods(alibi_slopes=slopes, score_bias=learned.score_bias, window=self.window,
                 sink_tokens=self.sink_tokens, far=self.far,
@@ -153,7 +169,24 @@ class Spec(ScoreRules):
                                      float(self.scale_invariant_tau)),
                 stick_breaking=self.variant == "stickbreaking",
                 cope_embeddings=(None if learned.cope_embeddings is None else
-                                 jnp.asarray(learned.cope_embeddings)))
+                                 jnp.asarray(learned.cope_embeddings)),
+                path=learned.path is not None)
+
+
+def path_conflicts(spec: Spec, learned: Learned, explicit_positions: bool) -> list[str]:
+  """The settings of a call that PaTH's chunked scores cannot join (attention/path.py: its
+  Householder products are the positions, a window is counted by sequence index, and every query's
+  scores are summed in an online softmax)."""
+  present = {"RoPE (inv_freq)": spec.inv_freq is not None, "a far rule (far)": spec.far is not None,
+             "attention sinks (sink_tokens)": spec.sink_tokens is not None,
+             "ALiBi (alibi_slopes)": spec.alibi_slopes is not None,
+             "a learned score bias (score_bias)": learned.score_bias is not None,
+             "CoPE (cope_embeddings)": learned.cope_embeddings is not None,
+             "scale-invariant attention (scale_invariant_tau)":
+                 spec.scale_invariant_tau is not None,
+             "stick-breaking (variant)": spec.variant == "stickbreaking",
+             "a window over explicit positions": explicit_positions and spec.window is not None}
+  return [name for name, found in present.items() if found]
 
 
 # The fields that may be traced (the pytree's leaves, with the far rule's own): numbers that only

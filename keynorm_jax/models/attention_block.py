@@ -53,7 +53,7 @@ def layer_specs(cfg: ModelConfig, column: positions.EvalColumn, length: int) -> 
 # position_bias.LEARNED). tests/test_model.py checks that every field is one of them.
 AS_GIVEN = tuple(f.name for f in dataclasses.fields(attention.ScoreRules))
 RESOLVED = ("rotary", "logn", "posthoc_logn", "alibi_slopes")
-LEARNED_FROM = ("learned_bias", "forget_gate", "cope_positions")
+LEARNED_FROM = ("learned_bias", "forget_gate", "cope_positions", "path")
 
 
 def attention_spec(cfg: ModelConfig, spec: positions.AttentionSpec, seq_length: int

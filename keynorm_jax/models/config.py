@@ -159,6 +159,10 @@ class ModelConfig:
                         f"model.indices at integer (or train position=rope with "
                         f"model.indices={self.indices!r}).")
     indices = self.position_indices
+    if method.path and chosen.explicit:
+      raise ConfigError(f"model.indices={self.indices!r}: position={self.position!r} transforms "
+                        f"along the sequence's order, not at position indices; leave "
+                        f"model.indices at integer.")
     if method.absolute == "learned" and indices.explicit:
       raise ConfigError(f"model.indices={indices.name!r}: the learned position table has one row "
                         f"per index 0..train_length-1, and these indices are not those; leave "

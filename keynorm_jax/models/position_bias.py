@@ -3,7 +3,8 @@ a layer's attention.Learned from its position spec and the model config.
 
 KERPLE and FIRE return a callable(distance [B, Q, K], query positions [B, Q]) -> [B, H, Q, K]
 (Learned.score_bias; distance is the key's relative, or StreamingLLM cache, distance); FoX's forget
-gates, CoPE's position embeddings and SSMax's learnable scale return arrays.
+gates, CoPE's position embeddings and SSMax's learnable scale return arrays, PaTH's Householder
+factors an attention.PathFactors.
 """
 
 import math
@@ -11,6 +12,8 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from keynorm_jax.attention import PathFactors, l2_normalize
 
 _MIN_POSITIVE = 1e-2  # KERPLE keeps r1, r2 at or above this (its reference code clamps them)
 
@@ -92,6 +95,44 @@ class ForgetGate(nn.Module):
     return jax.nn.log_sigmoid(x_BxTxD.astype(jnp.float32) @ w + b)
 
 
+class HouseholderFactors(nn.Module):
+  """PaTH's factors H_t = I - beta_t w_t w_t^T of the layer's input x_t (Yang et al. 2025, as the
+  authors' layer, fla's PaTHAttention, computes them), per key/value head:
+
+    w_t    = L2norm(SiLU(causal depthwise conv_K(x_t W_down W_up)))   [B, T, G, S]
+    beta_t = 2 sigmoid(x_t W_beta + b_beta)                           [B, T, G], in (0, 2)
+
+  W_down [d, rank] and W_up [rank, G S] without biases (rank 0: one full projection W_w [d, G S]);
+  the convolution of `conv_size` taps per channel without bias, K - 1 zeros before the first token
+  (conv_size 0: none, and no SiLU, as fla without its short convolution). Initialised as fla's
+  model: every weight N(0, 0.02^2), b_beta = 0 (beta starts near 1). In float32.
+  """
+  num_kv_heads: int
+  size: int
+  rank: int
+  conv_size: int
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    x = x_BxTxD.astype(jnp.float32)
+    batch, length, d = x.shape
+    width = self.num_kv_heads * self.size
+    init = nn.initializers.normal(0.02)
+    if self.rank:
+      w = (x @ self.param("w_down", init, (d, self.rank))) @ self.param("w_up", init,
+                                                                         (self.rank, width))
+    else:
+      w = x @ self.param("w_proj", init, (d, width))
+    if self.conv_size:   # y_t = sum_m taps[m] x_{t - K + 1 + m}, the last tap on x_t
+      taps = self.param("w_conv", init, (self.conv_size, width))
+      padded = jnp.pad(w, ((0, 0), (self.conv_size - 1, 0), (0, 0)))
+      w = jax.nn.silu(sum(taps[m] * padded[:, m:m + length] for m in range(self.conv_size)))
+    w = l2_normalize(w.reshape(batch, length, self.num_kv_heads, self.size))
+    beta_w = self.param("beta_w", init, (d, self.num_kv_heads))
+    beta_b = self.param("beta_b", nn.initializers.zeros, (self.num_kv_heads,))
+    return PathFactors(w, 2.0 * jax.nn.sigmoid(x @ beta_w + beta_b))
+
+
 class CopeEmbeddings(nn.Module):
   """CoPE's position embeddings e [head size, npos] of a layer, shared by its heads; zeros at first,
   as the paper's code."""
@@ -136,4 +177,7 @@ LEARNED = {
         CopeEmbeddings(size, spec.cope_positions, name="cope")() if spec.cope_positions else None),
     "ssmax_scale": lambda cfg, spec, size, x: (
         SSMaxScale(cfg.heads, cfg.train_length, name="ssmax")() if cfg.ssmax else None),
+    "path": lambda cfg, spec, size, x: (
+        HouseholderFactors(cfg.kv_heads, size, spec.path.w_rank, spec.path.conv_size,
+                           name="path")(x) if spec.path else None),
 }

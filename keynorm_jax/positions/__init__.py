@@ -11,7 +11,7 @@ from keynorm_jax.positions.indices import (INDICES, Indices, indices_knob_defaul
                                            position_indices)
 from keynorm_jax.positions.inference import (EvalColumn, INFERENCE_METHODS, InferenceMethod,
                                              inference_method)
-from keynorm_jax.positions.layer_spec import (SCALING_KNOBS, AttentionSpec, RotarySpec,
+from keynorm_jax.positions.layer_spec import (SCALING_KNOBS, AttentionSpec, PathSpec, RotarySpec,
                                               alibi_slopes, rope_scaling_defaults, rotary_inv_freq,
                                               scaled_from)
 from keynorm_jax.positions.registry import UnknownMethodError, knob_type
@@ -20,6 +20,6 @@ from keynorm_jax.positions.training_methods import (TRAINING_METHODS, TrainingMe
 
 __all__ = ["INDICES", "Indices", "indices_knob_defaults", "position_indices",
            "INFERENCE_METHODS", "EvalColumn", "InferenceMethod", "inference_method",
-           "UnknownMethodError", "knob_type", "AttentionSpec", "RotarySpec", "alibi_slopes",
-           "rotary_inv_freq", "scaled_from", "SCALING_KNOBS", "rope_scaling_defaults",
-           "TRAINING_METHODS", "TrainingMethod", "knob_defaults", "training_method"]
+           "UnknownMethodError", "knob_type", "AttentionSpec", "PathSpec", "RotarySpec",
+           "alibi_slopes", "rotary_inv_freq", "scaled_from", "SCALING_KNOBS",
+           "rope_scaling_defaults", "TRAINING_METHODS", "TrainingMethod", "knob_defaults", "training_method"]

@@ -41,6 +41,21 @@ SCALING_KNOBS = ("factor", "beta_fast", "beta_slow", "low_freq_factor", "high_fr
                  "original_length")
 
 
+@dataclasses.dataclass(frozen=True)
+class PathSpec:
+  """PaTH's factors of one layer (models/position_bias.py builds them from the layer's input):
+  w's projection of rank `w_rank` (0: one full projection) and causal convolution of `conv_size`
+  with SiLU (0: none, and no SiLU)."""
+  w_rank: int = 32
+  conv_size: int = 3
+
+  def __post_init__(self):
+    for name, value, zero in (("path_w_rank", self.w_rank, "a full projection"),
+                              ("path_conv_size", self.conv_size, "no convolution")):
+      if value < 0:
+        raise ValueError(f"{name} must be >= 0 (0: {zero}), got {value}.")
+
+
 def scaled_from(original_length: int | None, train_length: int) -> int:
   """The length a RoPE scaling scales from: original_length, or (None) the training length."""
   return train_length if original_length is None else original_length
@@ -65,6 +80,8 @@ class AttentionSpec(ScoreRules):
       x_t, adding sum_{l=j+1..i} log f_l to the scores.
     cope_positions: CoPE: the layer owns position embeddings e [head size, cope_positions] and adds
       q_i . e[p_ij] at the contextual position p_ij (capped at cope_positions - 1).
+    path: PaTH: the layer owns Householder factors H_t = I - beta_t w_t w_t^T of its input x_t per
+      key/value head, and scores q_i^T H_i ... H_{j+1} k_j (attention/path.py).
     logn: trained log n on (True), off (False) or as the model is configured (None).
     posthoc_logn: inference-only max(1, log(i + 1) / log(L_train)) on the scores.
   """
@@ -73,6 +90,7 @@ class AttentionSpec(ScoreRules):
   learned_bias: str | None = None
   forget_gate: bool = False
   cope_positions: int | None = None
+  path: PathSpec | None = None
   logn: bool | None = None
   posthoc_logn: bool = False
 

@@ -10,7 +10,7 @@ import typing
 
 from keynorm_jax.positions.indices import Indices, RandomInteger
 from keynorm_jax.positions.registry import Method, Registry, knob
-from keynorm_jax.positions.layer_spec import AttentionSpec, RotarySpec, alibi_slopes
+from keynorm_jax.positions.layer_spec import AttentionSpec, PathSpec, RotarySpec, alibi_slopes
 
 TRAINING_METHODS = Registry("position")
 register = TRAINING_METHODS.register
@@ -29,6 +29,9 @@ class TrainingMethod(Method):
   # Its paper trains it on a multi-head Transformer: the field study (study/plan.py) and the
   # end-to-end tests train it there as well as on the GAU (ALiBi: for its several heads' slopes).
   on_the_transformer: typing.ClassVar[bool] = False
+  # PaTH: data-dependent Householder products along the sequence (attention/path.py) in every
+  # layer; no position indices, no attention sinks.
+  path: typing.ClassVar[bool] = False
 
   def layer_spec(self, *, layer: int, num_layers: int, num_heads: int, rope_theta: float,
                  train_length: int) -> AttentionSpec:
@@ -368,6 +371,56 @@ class Fox(TrainingMethod):
 
   def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
     return AttentionSpec(forget_gate=True)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class PaTH(TrainingMethod):
+  """PaTH: between key j and query i the product of the Householder-like factors H_t = I - beta_t
+  w_t w_t^T of the tokens j+1..i, q_i^T H_i ... H_{j+1} k_j (attention/path.py), with w_t and
+  beta_t learned from the layer's input as the authors' layer (fla's PaTHAttention) computes them:
+  w_t = L2norm(SiLU(causal depthwise conv(x_t W_down W_up))) per key/value head, beta_t =
+  2 sigmoid(x_t W_beta + b) (models/position_bias.py). No rotation and no position indices: the
+  sequence's order alone. Computed by chunks (memory linear in T, the `blocked` kernel)."""
+  name = "path"
+  summary = "data-dependent Householder products H_i ... H_{j+1} between q_i and k_j, no rotation"
+  paper = ("Yang et al. 2025, PaTH Attention: Position Encoding via Accumulating Householder "
+           "Transformations (NeurIPS 2025, arXiv 2505.16381)")
+  on_the_transformer = True
+  path = True
+  path_w_rank: int = knob(32, "rank of PaTH's low-rank projection x -> w (fla's 32); 0: one full "
+                          "projection (fla's with grouped-query heads)")
+  path_conv_size: int = knob(3, "size of PaTH's causal depthwise convolution of w, with SiLU "
+                             "(fla's 3); 0: none")
+
+  def __post_init__(self):
+    self.path_spec()   # its checks (no negative size)
+
+  def path_spec(self) -> PathSpec:
+    return PathSpec(self.path_w_rank, self.path_conv_size)
+
+  def refuse(self, *, attention, num_heads, logn, train_length=None):
+    if attention == "stickbreaking":
+      return ("stick-breaking weights need a query's whole row of keys, and PaTH runs by chunks "
+              "with an online softmax; choose model.attention baseline, qna, kna or cosa")
+    return None
+
+  def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
+    return AttentionSpec(path=self.path_spec())
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class PaTHFox(PaTH):
+  """PaTH-FoX: PaTH and FoX's forget gates (the `fox` method's, unscaled as there): s_ij + sum of
+  log f_l over l = j+1..i."""
+  name = "path_fox"
+  summary = "PaTH with FoX's forget gates added to the scores"
+  paper = ("Yang et al. 2025, PaTH Attention (NeurIPS 2025, arXiv 2505.16381): PaTH-FoX; the gates "
+           "of Lin et al. 2025 (arXiv 2503.02130)")
+
+  def layer_spec(self, *, layer, num_layers, num_heads, rope_theta, train_length):
+    return AttentionSpec(path=self.path_spec(), forget_gate=True)
 
 
 def training_method(name: str, options=None) -> TrainingMethod:

@@ -40,6 +40,9 @@ REPEAT_PERIOD_FRACTION = 4  # repeated period = train_length / 4
 ROTARY_OPTIONS = ("yarn", "rerope", "llama3", "window", "streaming")
 ALIBI_OPTIONS = ("alibi_interpolate", "ntk_alibi", "window", "streaming")
 OTHER_OPTIONS = ("window", "streaming")
+# PaTH's (TrainingMethod.path): no RoPE, no ALiBi, and no attention sinks (streaming's sinks are
+# skipped for it: positions/inference/windows.py), so the window alone.
+PATH_OPTIONS = ("window",)
 # Inference-time methods that belong to a position method's own recipe, evaluated (next-token and
 # retrieval plans) before its class's options: DroPE scales the logits at inference (beta = 1 + c ln
 # s), and its paper's claim is retrieval with that scale. They join the plan key of that method's
@@ -111,6 +114,14 @@ COPY_RUNS = ("baseline_rope", "kna_rope", "transformer_baseline_rope", "transfor
 # description of the paper gives (random_float); planned last, so that no other run moves.
 RANDOM_FLOAT_RUNS = ("baseline_rope", "kna_rope")
 RANDOM_FLOAT_RULES = ("random_float_stretched", "random_float")
+# PaTH and PaTH-FoX (Yang et al. 2025; issue 67), registered after every run above was planned:
+# kept out of the registry-wide lists (the GAU table, transformer_methods, the retrieval plan) and
+# planned after Random Float Sampling, so that no other run moves: Baseline and KNA on both
+# architectures, text only, seed 0; then Baseline on the Transformer's retrieval layout.
+LATE_METHODS = ("path", "path_fox")
+LATE_RUNS = tuple(f"{prefix}{a}_{p}" for prefix in ("", "transformer_") for p in LATE_METHODS
+                  for a in ("baseline", "kna"))
+LATE_RETRIEVAL_RUNS = ("transformer_baseline_path", "transformer_baseline_path_fox")
 FIRST = ("transformer_baseline_rope", "transformer_kna_rope", "baseline_rope", "kna_rope",
          "transformer_cosa_logn_rope", "transformer_qknorm_rope", "cosa_logn_rope", "qknorm_rope")
 
@@ -162,13 +173,18 @@ RETRIEVAL_SEEDED_TRANSFORMER_ONLY = ("transformer_baseline_kerple_log",)
 RETRIEVAL_SEEDED_GAU_PAIR = ("baseline_rnope_swa", "kna_rnope_swa")
 
 
+def _planned_methods() -> tuple[str, ...]:
+  """The registry's training methods that the registry-wide lists plan (all but LATE_METHODS)."""
+  return tuple(p for p in positions.TRAINING_METHODS.names() if p not in LATE_METHODS)
+
+
 def retrieval_runs() -> list[StudyRun]:
   """Baseline and KNA with every training-time position method on both architectures, CosA-log n,
   QK-norm (RMSNorm and LayerNorm), log n + p-RoPE, stick-breaking; RETRIEVAL_FIRST first; then
   seeds 1 and 2 of RETRIEVAL_SEEDED on both and of RETRIEVAL_SEEDED_TRANSFORMER_ONLY; seed 1 of
   RETRIEVAL_SEEDED_GAU_PAIR."""
   names = [f"{prefix}{a}_{p}" for prefix in ("", "transformer_")
-           for p in positions.TRAINING_METHODS.names() for a in ("baseline", "kna")]
+           for p in _planned_methods() for a in ("baseline", "kna")]
   names += [f"{prefix}{c}" for prefix in ("", "transformer_")
             for c in ("cosa_logn_rope", "qknorm_rope", "qkln_rope", "baseline_logn_p_rope",
                       "stickbreaking_nope")]
@@ -206,16 +222,19 @@ def preregistered_runs() -> list[StudyRun]:
 def retrieval_options(position: str) -> tuple[str, ...]:
   """The inference-time methods evaluated on retrieval for this position method (besides none):
   its OWN_OPTIONS, then those of its class."""
-  common = RETRIEVAL_ROTARY_OPTIONS if positions.training_method(position).rotary \
-      else RETRIEVAL_OTHER_OPTIONS
+  method = positions.training_method(position)
+  if method.rotary:
+    common = RETRIEVAL_ROTARY_OPTIONS
+  else:
+    common = PATH_OPTIONS if method.path else RETRIEVAL_OTHER_OPTIONS
   return OWN_OPTIONS.get(position, ()) + common
 
 
 def transformer_methods() -> tuple[str, ...]:
   """The position methods the field study trains on the Transformer as well as on the GAU, in the
   registry's order: NoPE, and those whose papers train a multi-head Transformer
-  (TrainingMethod.on_the_transformer)."""
-  return tuple(p for p in positions.TRAINING_METHODS.names()
+  (TrainingMethod.on_the_transformer); LATE_METHODS are planned apart."""
+  return tuple(p for p in _planned_methods()
                if p == "nope" or positions.TRAINING_METHODS.get(p).on_the_transformer)
 
 
@@ -223,8 +242,9 @@ def field_runs() -> list[StudyRun]:
   """The next-token plan: FIRST, the copy runs, the GAU field table (every training-time position
   method, Baseline and KNA, and QK-norm with LayerNorm, SSMax and stick-breaking) and the
   Transformer's rows (transformer_methods, GAU_BEST and stick-breaking), the seeds, the retrieval
-  plan, then RANDOM_FLOAT_RUNS at each of RANDOM_FLOAT_RULES' indices."""
-  gau = [f"{a}_{p}" for p in positions.TRAINING_METHODS.names() for a in ("baseline", "kna")]
+  plan, then RANDOM_FLOAT_RUNS at each of RANDOM_FLOAT_RULES' indices, then LATE_RUNS and
+  LATE_RETRIEVAL_RUNS."""
+  gau = [f"{a}_{p}" for p in _planned_methods() for a in ("baseline", "kna")]
   gau += ["qkln_rope", "ssmax_rope", "stickbreaking_nope"]
   transformer = [f"transformer_{a}_{p}" for p in transformer_methods() for a in ("baseline", "kna")]
   transformer += [f"transformer_{c}" for c in GAU_BEST + ("stickbreaking_nope",)]
@@ -238,8 +258,9 @@ def field_runs() -> list[StudyRun]:
   rest = [StudyRun(c) for c in names[len(FIRST):]]
   random_float = [StudyRun(c, model=(("indices", rule),)) for rule in RANDOM_FLOAT_RULES
                   for c in RANDOM_FLOAT_RUNS]
+  late = [StudyRun(c) for c in LATE_RUNS] + [retrieval_entry(c) for c in LATE_RETRIEVAL_RUNS]
   return (first + copies + rest + seeds + strong_copies + gau_seeds + retrieval_runs()
-          + random_float)
+          + random_float + late)
 
 
 # The plans the study can run (its --plan flag).
@@ -283,6 +304,8 @@ def inference_options(position: str) -> tuple[str, ...]:
     common = ROTARY_OPTIONS
   elif method.bias == "alibi":
     common = ALIBI_OPTIONS
+  elif method.path:
+    common = PATH_OPTIONS
   else:
     common = OTHER_OPTIONS
   return OWN_OPTIONS.get(position, ()) + common
@@ -297,6 +320,8 @@ def plan_key(scale: str, retrieval: bool = False, position: str = "",
             f"prompts={SECONDARY_PROMPTS}")
   if position in OWN_OPTIONS:
     return f"{plan_key(scale, retrieval)}:{position}={','.join(OWN_OPTIONS[position])}"
+  if position and positions.training_method(position).path:
+    return f"{plan_key(scale, retrieval)}:path={','.join(PATH_OPTIONS)}"
   if retrieval:
     steps = SCALES[scale].get("retrieval_train", {}).get("num_train_steps",
                                                          SCALES[scale]["train"]["num_train_steps"])

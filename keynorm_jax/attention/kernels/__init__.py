@@ -8,6 +8,8 @@
 
 `model.kernel` names one, or `auto`: cuDNN on a GPU where it can express the setting; past
 FULL_SQUARE_MAX_LENGTH tokens `blocked`; else `cpu` on a CPU backend and `reference` elsewhere.
+PaTH (Mods.path) goes to `blocked` at every length on every backend: its chunks (path.py) keep the
+memory linear in T, where the reference would hold every pair's score.
 A named kernel that refuses a setting (kernel.refusal says why) gives way to `auto`'s choice, with a
 warning logged once per reason. Adding a kernel: its file, a line in KERNELS, and its row in
 tests/test_kernels.py's conformance table.
@@ -32,11 +34,11 @@ def refusal(kernel: Kernel, mods, shape: Shape, need_entropy: bool = False):
   return kernel.refusal(mods, shape)
 
 
-def auto_order(shape: Shape) -> tuple:
+def auto_order(shape: Shape, mods) -> tuple:
   """The kernels `auto` tries, in order (the last, `reference`, takes anything)."""
   backend = jax.default_backend()
   order = ("cudnn",) if backend == "gpu" else ()
-  if shape.length > FULL_SQUARE_MAX_LENGTH:   # the reference: what blocked refuses
+  if shape.length > FULL_SQUARE_MAX_LENGTH or mods.path:   # the reference: what blocked refuses
     return order + ("blocked", "reference")
   return order + (("cpu",) if backend == "cpu" else ()) + ("reference",)
 
@@ -49,7 +51,7 @@ def select(name: str, mods, shape: Shape, *, need_entropy: bool = False) -> Kern
     reason = refusal(KERNELS[name], mods, shape, need_entropy)
     if reason is None:
       return KERNELS[name]
-  chosen = next((KERNELS[candidate] for candidate in auto_order(shape)
+  chosen = next((KERNELS[candidate] for candidate in auto_order(shape, mods)
                  if refusal(KERNELS[candidate], mods, shape, need_entropy) is None),
                 KERNELS["reference"])
   if name != "auto" and (name, reason, chosen.name) not in _warned:

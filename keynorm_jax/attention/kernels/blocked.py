@@ -23,6 +23,10 @@ entropy H. Memory O(T) instead of the T x T probabilities reverse mode would kee
 The products (q . k, p v and the backward's) take their inputs in the values' dtype as given (the
 model's compute dtype) and sum in float32 (keynorm_jax/precision.py); m, l, c, the output and every
 gradient accumulate in float32.
+
+PaTH (Prepared.path) runs path.py's chunked attention (kernels/path_runs.py: the same online
+softmax, its products in float32) in chunks of the query block, at most path.DEFAULT_CHUNK (64):
+a chunk's compact form is a triangular solve of its size.
 """
 
 import functools
@@ -31,6 +35,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from keynorm_jax.attention import path
+from keynorm_jax.attention.kernels import path_runs
 from keynorm_jax.attention.kernels.base import Kernel
 from keynorm_jax.attention.prepare import Side
 from keynorm_jax.attention.scores import (block_scores, grouped_probs_times_values, grouped_scores,
@@ -295,6 +301,9 @@ def blocked_attention(block_scores, queries: Side, keys: Side, values_BxTxGxE, *
 def run(prepared, blocks=None):
   """The kernel: blocks = (queries, keys) per block, default DEFAULT_BLOCK each. The products take
   their inputs in the values' dtype (the model's compute dtype)."""
+  if prepared.path is not None:
+    query_block = (blocks or (DEFAULT_BLOCK,))[0]
+    return path_runs.by_chunks(prepared, min(query_block, path.DEFAULT_CHUNK))
   dtype = prepared.values.dtype
   p = prepared._replace(values=prepared.values.astype(jnp.float32))
   length = p.values.shape[1]

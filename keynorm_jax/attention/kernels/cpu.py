@@ -7,12 +7,15 @@
   rounded to the values' dtype (the model's compute dtype) and summed in float32
   (keynorm_jax/precision.py).
 - RoPE's cos and sin computed once as an op of their own (prepare's rope_table_op).
+- PaTH (Prepared.path): path.py's chunked attention in chunks of path.DEFAULT_CHUNK
+  (kernels/path_runs.py), as the blocked kernel runs it (the query blocks above are not its chunks).
 Measured on the CPU only (benchmarks/PROFILE_NOTES.md); the same numbers within float32 rounding.
 """
 
 import jax
 import jax.numpy as jnp
 
+from keynorm_jax.attention.kernels import path_runs
 from keynorm_jax.attention.kernels.base import Kernel, longer_than_full_square
 from keynorm_jax.attention.scores import block_scores, head_by_head, normalized_with_entropy
 from keynorm_jax.cpu import products
@@ -33,6 +36,8 @@ def _positions_slice(x, start: int, stop: int):
 
 
 def run(prepared, blocks=None):  # pylint: disable=unused-argument
+  if prepared.path is not None:
+    return path_runs.by_chunks(prepared)
   dtype = prepared.values.dtype   # the products' inputs: the compute dtype
   # Rounded per block, so that the gradients of the blocks' overlapping keys add in float32.
   scores_product = lambda q, k: products.query_key_scores(q.astype(dtype), k.astype(dtype))

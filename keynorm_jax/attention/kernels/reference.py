@@ -9,16 +9,20 @@ query is scored against every key at once, the softmax runs in float32 and proba
 values is an einsum (grouped: key/value heads shared by query heads are not repeated). Both products
 take their inputs in the values' dtype (the model's compute dtype) and sum in float32
 (keynorm_jax/precision.py: in float32 the plain einsums). No blocks, no custom backward of its
-own, no switches."""
+own; one switch: PaTH's scores (Prepared.path) are path.py's every score at once
+(kernels/path_runs.py's full_square, in float32), not q' . k'."""
 
 import functools
 
+from keynorm_jax.attention.kernels import path_runs
 from keynorm_jax.attention.kernels.base import Kernel
 from keynorm_jax.attention.scores import (block_scores, grouped_probs_times_values, grouped_scores,
                                           normalized_with_entropy)
 
 
 def run(prepared, blocks=None):  # pylint: disable=unused-argument
+  if prepared.path is not None:
+    return path_runs.full_square(prepared)
   p = prepared
   dtype = p.values.dtype   # the products' inputs: the compute dtype
   probs_BxHxQxK, entropy_BxQxH = normalized_with_entropy(

@@ -1,6 +1,6 @@
 """Windows at inference: a sliding window, attention sinks (StreamingLLM) and LM-Infinite's
 Lambda-shaped mask, each a window, the first tokens kept besides it, and a far rule for the keys
-outside it (attention.far)."""
+outside it (attention.far). The sinks do not apply to PaTH (`sinks_skip_reason`)."""
 
 import dataclasses
 
@@ -8,6 +8,14 @@ from keynorm_jax.attention import far
 from keynorm_jax.positions.inference.base import (InferenceMethod, check_positive, register,
                                                   unset_or)
 from keynorm_jax.positions.registry import knob
+
+
+def sinks_skip_reason(method) -> str | None:
+  """Why attention sinks do not apply to a model with this training method, or None."""
+  if method.path:
+    return (f"{method.name} moves a key through the Householder factors of every token between it "
+            f"and the query, and a sink outside the window has no such pass here")
+  return None
 
 
 @register
@@ -48,6 +56,9 @@ class Streaming(InferenceMethod):
     return dataclasses.replace(
         self, window=unset_or(self.window, max(1, train_length - self.sink_tokens)))
 
+  def skip_reason(self, method, num_heads, trained_scaling="none"):
+    return sinks_skip_reason(method)
+
   def apply(self, spec, train_length):
     window = self.window if spec.window is None else min(spec.window, self.window)
     return spec.replace(window=window, sink_tokens=self.sink_tokens,
@@ -82,6 +93,9 @@ class LMInfinite(InferenceMethod):
       raise ValueError(f"n_local {n_local} must be at most the training length {train_length} "
                        f"(the local branch's distances stay within the distance limit).")
     return dataclasses.replace(self, n_local=n_local)
+
+  def skip_reason(self, method, num_heads, trained_scaling="none"):
+    return sinks_skip_reason(method)
 
   def apply(self, spec, train_length):
     window = self.n_local if spec.window is None else min(spec.window, self.n_local)
