@@ -67,15 +67,19 @@ def straight_run(tmp_path_factory, data_dir):
   return workdir
 
 
-# The files that took longest (a full run on 2 workers, 2026-11-28), longest first. xdist hands out
+# The files that took longest (a full run on 2 workers under load, 2026-12-06; test_hf_lengths.py,
+# test_path_runs.py and test_training.py as since made shorter), longest first. xdist hands out
 # whole files (--dist loadfile) in collection order as workers free up, so a long file collected
-# last would leave the other worker idle at the end: these go first, the rest keep their order.
-LONG_FILES = ("test_methods_end_to_end.py", "test_accelerator_session.py", "test_seed_groups.py",
-              "test_training.py", "test_study_groups.py", "test_notebook_and_reproduce.py",
-              "test_kernels.py", "test_group_eval.py", "test_study.py", "test_hf_import.py",
-              "test_drope.py", "test_layer_stack.py", "test_transformer.py", "test_disks.py",
-              "test_preemption.py", "test_multihost.py", "test_kill_mid_save.py",
-              "test_blocked_attention.py", "test_dot_product_kernel.py")
+# last would leave the other worker idle at the end: these go first, longest first (the rest, each
+# under about 35 s, keep their order).
+LONG_FILES = ("test_methods_end_to_end.py", "test_bfloat16.py", "test_kernels.py",
+              "test_seed_groups.py", "test_path_runs.py", "test_preemption.py", "test_model.py",
+              "test_training.py", "test_transformer.py", "test_disks.py", "test_eval_signals.py",
+              "test_eval.py", "test_notebook_and_reproduce.py", "test_study.py",
+              "test_layer_stack.py", "test_accelerator_session.py", "test_hf_import.py",
+              "test_position_indices.py", "test_eval_compiles.py", "test_dot_product_kernel.py",
+              "test_drope.py", "test_study_groups.py", "test_retrieval.py", "test_cli_input.py",
+              "test_blocked_attention.py", "test_corrupt_checkpoints.py", "test_zero_knobs.py")
 
 
 def pytest_collection_modifyitems(items):

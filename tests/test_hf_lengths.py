@@ -29,9 +29,9 @@ LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_f
            "original_max_position_embeddings": 512}   # Llama 3.1's block, at 1/16 the lengths
 
 
-def _folder(tmp_path, **changes):
-  """tiny_llama_4096 with config.json changed."""
-  folder = tmp_path / "model"
+def _folder(tmp_path, name="model", **changes):
+  """tiny_llama_4096 with config.json changed, in tmp_path / name."""
+  folder = tmp_path / name
   shutil.copytree(FOLDER, folder)
   config = json.loads((folder / "config.json").read_text())
   config.update(changes)
@@ -49,18 +49,20 @@ def _evaluate(folder, tmp_path, lengths, **kwargs):
 
 
 def test_a_folder_is_scored_below_and_above_its_max_position_embeddings(tmp_path, data_dir):
-  """max_position_embeddings 4096 and no original: the 1x is 4096; 64 tokens (below: the repeated
-  set, whose period is the 1x, is n/a) and 4160 (above) are both scored, the 1x named."""
-  found, paths = _evaluate(FOLDER, tmp_path, [64, 4160], data_dir=data_dir)
-  assert sorted(found) == [(64, "non_repeated"), (64, "repeated"), (4160, "non_repeated"),
-                           (4160, "repeated")]
-  assert all(r["train_length"] == 4096 and r["one_x"] == FROM_MAX for r in found.values())
+  """max_position_embeddings 256 (tiny_llama_4096's config changed: 1/16 the lengths, as fast)
+  and no original: the 1x is 256; 64 tokens (below: the repeated set, whose period is the 1x, is
+  n/a) and 320 (above) are both scored, the 1x named."""
+  folder = _folder(tmp_path, max_position_embeddings=256)
+  found, paths = _evaluate(folder, tmp_path, [64, 320], data_dir=data_dir)
+  assert sorted(found) == [(64, "non_repeated"), (64, "repeated"), (320, "non_repeated"),
+                           (320, "repeated")]
+  assert all(r["train_length"] == 256 and r["one_x"] == FROM_MAX for r in found.values())
   assert found[64, "repeated"]["not_applicable"].startswith("the repeated set tiles a period of "
-                                                            "4096 tokens, longer than 64")
-  for key in ((64, "non_repeated"), (4160, "repeated"), (4160, "non_repeated")):
+                                                            "256 tokens, longer than 64")
+  for key in ((64, "non_repeated"), (320, "repeated"), (320, "non_repeated")):
     assert 0 <= found[key]["accuracy"] <= 1
-  assert found[4160, "non_repeated"]["accuracy_beyond_train"] is not None
-  assert f"1x: tiny_llama_4096 4096 tokens ({FROM_MAX})." in paths["results.md"].read_text()
+  assert found[320, "non_repeated"]["accuracy_beyond_train"] is not None
+  assert f"1x: model 256 tokens ({FROM_MAX})." in paths["results.md"].read_text()
   assert "one_x" in paths["results.csv"].read_text().splitlines()[0]
 
 
@@ -103,19 +105,21 @@ def test_refusals_come_before_any_weight_is_read(tmp_path, data_dir, monkeypatch
 
 @pytest.mark.slow
 def test_eval_py_writes_both_columns_with_the_1x_named(tmp_path, data_dir):
-  """The issue's command (with one window per set): --lengths=512,8192 on a folder with
-  max_position_embeddings 4096, exit 0, both lengths in the table with the 1x named, and
-  --workdir (which it ignored without a word) said to place the results only; the same command
-  with --hf_train_length=0 refused in one line before loading."""
-  out = tmp_path / "runs" / "hf_tiny_llama_4096" / "eval"
-  code, output = cli("eval.py", f"--hf_checkpoint={FOLDER}", "--lengths=512,8192",
+  """The issue's command (with one window per set) at 1/16 its lengths: --lengths=64,512 on a
+  folder with max_position_embeddings 256 (the issue's 512,8192 on 4096: one length below, one
+  above), exit 0, both lengths in the table with the 1x named, and --workdir (which it ignored
+  without a word) said to place the results only; the same command with --hf_train_length=0
+  refused in one line before loading."""
+  folder = _folder(tmp_path, "tiny_llama_256", max_position_embeddings=256)
+  out = tmp_path / "runs" / "hf_tiny_llama_256" / "eval"
+  code, output = cli("eval.py", f"--hf_checkpoint={folder}", "--lengths=64,512",
                      "--num_windows=1", f"--workdir={tmp_path / 'runs'}", f"--data_dir={data_dir}")
   assert code == 0, output[-3000:]
   assert (f"Note: --workdir={tmp_path / 'runs'} with --hf_checkpoint holds no run to evaluate; it "
           f"places the results only: {out} (--output to choose).") in output.splitlines()
-  assert "| run | scaling | 512 repeated | 512 non_repeated | 8192 repeated | 8192 non_repeated |" \
+  assert "| run | scaling | 64 repeated | 64 non_repeated | 512 repeated | 512 non_repeated |" \
       in output
-  assert f"1x: tiny_llama_4096 4096 tokens ({FROM_MAX})." in (out / "results.md").read_text()
+  assert f"1x: tiny_llama_256 256 tokens ({FROM_MAX})." in (out / "results.md").read_text()
   code, output = cli("eval.py", f"--hf_checkpoint={FOLDER}", "--lengths=512",
                      "--hf_train_length=0", f"--output={tmp_path / 'refused'}")
   assert code == 1 and output.strip().splitlines() == [

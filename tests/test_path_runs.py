@@ -1,4 +1,5 @@
-"""PaTH and PaTH-FoX end to end: the four configs on both architectures train (tiny, two steps), and
+"""PaTH and PaTH-FoX end to end: the four configs on both architectures train (tiny, two steps; the
+two that test_methods_end_to_end.py trains the same way and evaluates there, not again), and
 one PaTH-FoX run of each architecture is evaluated at 8x and 16x its training length with the
 weights as trained, as the model is and under a window; the inference methods that do not apply
 are skipped with their reason; what does not compose is refused in one line naming the setting;
@@ -23,6 +24,9 @@ pytestmark = pytest.mark.slow
 
 CONFIGS = [f"{prefix}{a}_{p}" for prefix in ("", "transformer_") for p in ("path", "path_fox")
            for a in ("baseline", "kna")]
+# Trained by test_methods_end_to_end.py as here (reference kernel, TRAIN_LENGTH, two steps), and
+# evaluated there at 4x with every inference method that applies.
+END_TO_END = ("transformer_baseline_path", "transformer_kna_path_fox")
 # These train with `auto` (the chunked kernel, forward and backward), the others with the tests'
 # reference kernel (the full square, train_helpers.TEST_KERNEL).
 ON_THE_DEFAULT_KERNEL = ("kna_path", "transformer_baseline_path_fox")
@@ -41,7 +45,13 @@ def _model_config(name, **model):
   return run_config.model_config(run_config.resolve(config))
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+def test_the_configs_not_trained_here_are_trained_by_the_end_to_end_test():
+  import test_methods_end_to_end as end_to_end  # pylint: disable=g-import-not-at-top
+  assert set(END_TO_END) == {c for c in end_to_end.CASES if c in CONFIGS}
+  assert not set(END_TO_END) & set(ON_THE_DEFAULT_KERNEL + EVALUATED)
+
+
+@pytest.mark.parametrize("name", [c for c in CONFIGS if c not in END_TO_END])
 def test_trains_and_evaluates_at_8x_and_16x(name, data_dir, tmp_path):
   config = tiny_config(name, data_dir=data_dir, train_length=TRAIN_LENGTH, num_train_steps=2,
                        checkpoint_every_steps=2, eval_windows=2)

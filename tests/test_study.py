@@ -2,9 +2,6 @@
 derived figures checked on records whose answers are worked out by hand."""
 
 import json
-import pathlib
-import subprocess
-import sys
 
 import pytest
 
@@ -146,7 +143,7 @@ def test_drope_runs_add_its_temperature_under_a_plan_key_of_their_own():
 def test_a_study_in_bfloat16_trains_the_plan_under_keys_of_its_own(tmp_path):
   """--dtype: float32 (the default) leaves the plan as it is; bfloat16 puts model.compute_dtype in
   every run's config, label and key, so no record of one dtype is found for the other; the
-  pre-registered runs refuse it in one line, before any training."""
+  pre-registered runs refuse it (in one line, before any training: test_cli_input.py)."""
   entries = plan.field_runs()
   assert plan.in_dtype(entries, "float32") == entries
   bf16 = plan.in_dtype(entries, "bfloat16")
@@ -157,13 +154,10 @@ def test_a_study_in_bfloat16_trains_the_plan_under_keys_of_its_own(tmp_path):
                                       "kna_rope__compute_dtype-bfloat16__seed0")
   assert runner.study_config(entry, "cpu").model.compute_dtype == "bfloat16"
   assert runner.study_config(plan.StudyRun("kna_rope"), "cpu").model.compute_dtype == "float32"
-  done = subprocess.run([sys.executable, "-m", "keynorm_jax.study", "--plan=preregistered",
-                         "--dtype=bfloat16", f"--results={tmp_path}", f"--runs_dir={tmp_path}"],
-                        cwd=pathlib.Path(__file__).resolve().parent.parent, capture_output=True,
-                        text=True, check=False)
-  assert done.returncode == 1
-  assert done.stderr.strip().splitlines()[-1] == (
-      "error: --dtype=bfloat16: the pre-registered runs train in float32 (docs/study.md, (f)); "
+  with pytest.raises(ValueError) as refused:   # the CLI's exit in one line: test_cli_input.py
+    plan.in_dtype(plan.preregistered_runs(), "bfloat16")
+  assert str(refused.value) == (
+      "--dtype=bfloat16: the pre-registered runs train in float32 (docs/study.md, (f)); "
       "leave --dtype at float32 with --plan=preregistered.")
 
 

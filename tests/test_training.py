@@ -1,6 +1,7 @@
 """The real training loop on a tiny model: logging, devices, resumption, corrupt checkpoints, NaN."""
 
 import copy
+import importlib.util
 import pathlib
 import subprocess
 import sys
@@ -191,16 +192,49 @@ def _train_cli(args, cwd):
                         capture_output=True, text=True, timeout=300)
 
 
+_spec = importlib.util.spec_from_file_location("train_cli", REPO / "train.py")
+train_cli = importlib.util.module_from_spec(_spec)   # its flags defined; __main__ not run
+_spec.loader.exec_module(train_cli)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--config=kna_alibi", "--config.model.position_options.slopes=1"], "slopes"),
-    (["--config=kna_alibi", "--config.model.position=rotary"], "model.position must be one of nope, rope,"),
     (["--config=kna_ropez"], "No config 'kna_ropez'. Did you mean kna_rope"),
     (["--config=kna_rope", "--config.no_such_key=1"], "no_such_key"),
-    (["--config=kna_rope", "--config.batch_size=eight"], "batch_size"),
-    (["--config=kna_rope", "--config.model_size=huge"], "Unknown model_size 'huge'"),
-    (["--config=kna_rope", "--config.data.copy_fraction=1.5"],
-     "data.copy_fraction (the share of training windows made synthetic copies) must be"),
     (["--config=kna_rope", "--config=kna_alibi"], "--config is given 2 times"),
+])
+def test_bad_config_names_and_keys_are_refused_before_flags_are_parsed(args, message):
+  """train.py's expand_config_name, what it runs first (its `error: ...` exit is
+  faults/test_input_errors.py's, a syntax error in a config file)."""
+  with pytest.raises(run_config.ConfigError) as refused:
+    train_cli.expand_config_name(["train.py", *args])
+  assert message in str(refused.value)
+
+
+@pytest.mark.parametrize("name, field, value, message", [
+    ("kna_alibi", "model.position", "rotary", "model.position must be one of nope, rope,"),
+    ("kna_rope", "model_size", "huge", "Unknown model_size 'huge'"),
+    ("kna_rope", "data.copy_fraction", 1.5,
+     "data.copy_fraction (the share of training windows made synthetic copies) must be"),
+])
+def test_bad_config_values_are_refused_before_any_work(tmp_path, data_dir, name, field, value,
+                                                       message):
+  """What train.py's flags leave in the config, refused by training in one line (train.py's exit
+  on such an error: the CLI cases below)."""
+  config = run_config.load_config(name)
+  config.data.data_dir = data_dir
+  section, _, key = field.rpartition(".")
+  (config[section] if section else config)[key] = value
+  with pytest.raises(run_config.ConfigError) as refused:
+    training.train_and_evaluate(config, tmp_path / "run")
+  assert message in str(refused.value) and "\n" not in str(refused.value)
+  assert not (tmp_path / "run").exists()
+
+
+# Through the CLI: a value its flags cannot parse, and a value they parse (a bool) that training
+# refuses; each a nonzero exit naming it.
+@pytest.mark.parametrize("args, message", [
+    (["--config=kna_rope", "--config.batch_size=eight"], "batch_size"),
     (["--config=baseline_hwfa", "--config.model.scan_layers=true"], "scan_layers=False"),
 ])
 def test_cli_bad_configs_fail_clearly(tmp_path, args, message):

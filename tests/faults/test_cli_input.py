@@ -101,6 +101,7 @@ BAD = [
     ("study", ["--shard=2/2"], "--shard"),
     ("study", ["--plan=preregistered", "--shard=999/1000"], "--shard"),   # an empty shard
     ("study", ["--data_dir={file}"], "--data_dir"),
+    ("study", ["--plan=preregistered", "--dtype=bfloat16"], "--dtype"),   # they train in float32
     ("export", ["--workdir={case}/runs"], "--workdir"),           # no run there
 ]
 # Accepted options reach their work: the harness sees training (or, for eval, the missing runs).
