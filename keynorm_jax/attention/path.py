@@ -163,6 +163,13 @@ def _scores(dots_XxQxK, factor_XxQ, gate_XxQ, key_gate_XxK, keep_QxK):
   return jnp.where(keep_QxK, scores, MASKED)
 
 
+def _checked_chunks(q, k, v, w, beta, decay, scale, multiplier, window, chunk: int):
+  """The arguments checked, then (_chunks of them, the chunk size clamped to 1..T)."""
+  _check(q, k, v, w, beta, decay, multiplier, window)
+  chunk = max(1, min(chunk, q.shape[1]))
+  return _chunks(q, k, v, w, beta, decay, scale, multiplier, chunk), chunk
+
+
 def _check(q, k, v, w, beta, decay, multiplier, window):
   batch, length, heads, _ = q.shape
   groups = k.shape[2]
@@ -205,11 +212,8 @@ def path_attention(q_BxTxHxS, k_BxTxGxS, v_BxTxGxE, w_BxTxGxS, beta_BxTxG, *, de
 
   Returns (out [B, T, H, E] float32, entropy [B, T, H] in nats).
   """
-  _check(q_BxTxHxS, k_BxTxGxS, v_BxTxGxE, w_BxTxGxS, beta_BxTxG, decay, multiplier, window)
-  length = q_BxTxHxS.shape[1]
-  chunk = max(1, min(chunk, length))
-  c = _chunks(q_BxTxHxS, k_BxTxGxS, v_BxTxGxE, w_BxTxGxS, beta_BxTxG, decay, scale,
-              multiplier, chunk)
+  c, chunk = _checked_chunks(q_BxTxHxS, k_BxTxGxS, v_BxTxGxE, w_BxTxGxS, beta_BxTxG, decay, scale,
+                             multiplier, window, chunk)
   chunks = c.w.shape[0]
   # Earlier chunks a query chunk can reach: all of them, or those the window reaches.
   reach = chunks - 1 if window is None else min(chunks - 1, -(-(window - 1) // chunk))
@@ -266,6 +270,7 @@ def path_attention(q_BxTxHxS, k_BxTxGxS, v_BxTxGxE, w_BxTxGxS, beta_BxTxG, *, de
   step = jax.checkpoint(lambda _, xs: (None, one_query_chunk(*xs)))
   _, (out, entropy) = jax.lax.scan(
       step, None, (jnp.arange(chunks), c.q_tilde, c.diagonal, c.factor, c.gate))
+  length = q_BxTxHxS.shape[1]
   return _from_chunks(out, length), _from_chunks(entropy, length)
 
 
@@ -276,11 +281,8 @@ def path_scores(q_BxTxHxS, k_BxTxGxS, w_BxTxGxS, beta_BxTxG, *, decay=None,
   path_attention's). By the same chunks: query chunk n against key chunk n - d for every n at
   each d = 1, 2, ... (the queries of every chunk moved through one more chunk per step). T x T
   memory: for the full-square kernels and the tests."""
-  _check(q_BxTxHxS, k_BxTxGxS, k_BxTxGxS, w_BxTxGxS, beta_BxTxG, decay, multiplier, window)
-  length = q_BxTxHxS.shape[1]
-  chunk = max(1, min(chunk, length))
-  c = _chunks(q_BxTxHxS, k_BxTxGxS, k_BxTxGxS, w_BxTxGxS, beta_BxTxG, decay, scale,
-              multiplier, chunk)
+  c, chunk = _checked_chunks(q_BxTxHxS, k_BxTxGxS, k_BxTxGxS, w_BxTxGxS, beta_BxTxG, decay, scale,
+                             multiplier, window, chunk)
   chunks = c.w.shape[0]
 
   def offset(q_hat, d):
@@ -303,4 +305,5 @@ def path_scores(q_BxTxHxS, k_BxTxGxS, w_BxTxGxS, beta_BxTxG, *, decay=None,
   factor_BxHxT, gate_BxHxT = (jnp.moveaxis(_from_chunks(x, padded), 2, 1)
                               for x in (c.factor, c.gate))
   scores = _scores(dots, factor_BxHxT, gate_BxHxT, gate_BxHxT, _keep(0, 0, padded, window))
+  length = q_BxTxHxS.shape[1]
   return scores[:, :, :length, :length]
