@@ -26,6 +26,7 @@ Each rule is a JAX pytree: ReRoPE's leak (a number that only enters arithmetic) 
 windows and sizes its static structure (kernels choose blocks and calls from them).
 """
 
+import abc
 import dataclasses
 import math
 import typing
@@ -50,7 +51,7 @@ def _at_least(rule: str, name: str, value, low):
     raise ValueError(f"{rule}'s {name} must be >= {low}, got {value}.")
 
 
-class _Rule:
+class _Rule(abc.ABC):
   """What every rule answers; `positions` is each rule's own, and `start` its field named by
   `starts_at`."""
   rotates: typing.ClassVar[bool] = True   # it only re-places a rotation (needs RoPE to matter)
@@ -61,8 +62,9 @@ class _Rule:
     """The distance from which a key is far (None: the rule chooses by chunk)."""
     return None if self.starts_at is None else getattr(self, self.starts_at)
 
+  @abc.abstractmethod
   def positions(self, positions_BxT) -> FarPositions:
-    raise NotImplementedError
+    """The far rotations' positions of a sequence at positions [B, T]."""
 
   def join(self, product, queries, keys, near_BxHxQxK):
     """Scores [B, H, Q, K] of a block: the near product where a pair is near, else the far one.

@@ -1,6 +1,7 @@
 """Relative-position rewrites of the RoPE layers: the distance a query scores a key at is clipped
 (ReRoPE), compressed (leaky ReRoPE), grouped (Self-Extend), chunked (DCA) or shifted (STRING)."""
 
+import abc
 import dataclasses
 import math
 import typing
@@ -12,7 +13,7 @@ from keynorm_jax.positions.registry import knob
 
 
 @dataclasses.dataclass(frozen=True)
-class RelativeRewrite(InferenceMethod):
+class RelativeRewrite(InferenceMethod, abc.ABC):
   """Base of the methods that change the relative positions a RoPE layer scores at (ReRoPE,
   Self-Extend, DCA, STRING): their far rule (attention.far, `far_rule`) on the layers with RoPE,
   the others as they are."""
@@ -21,8 +22,9 @@ class RelativeRewrite(InferenceMethod):
   def skip_reason(self, method, num_heads, trained_scaling="none"):
     return None if method.rotary else f"{method.name} has no RoPE to {self.verb}"
 
+  @abc.abstractmethod
   def far_rule(self, train_length: int) -> far.Far:
-    raise NotImplementedError
+    """This method's far rule for a model trained at train_length."""
 
   def apply(self, spec, train_length):
     return spec if spec.rotary is None else spec.replace(far=self.far_rule(train_length))
