@@ -89,6 +89,21 @@ def test_compact_form_is_the_product_of_its_factors():
     np.testing.assert_allclose(run, ref.path_product(w, beta, b, a - 1), atol=1e-5)
 
 
+@pytest.mark.parametrize("size", [1, 2, 5, 16, 64])
+def test_unit_lower_inverse_is_numpys_inverse(size):
+  # Random rows, and nearly equal w with beta near 2 (neighbouring factors almost the same
+  # reflection: the inverse's entries alternate in sign, a hard case for products of powers).
+  rng = np.random.default_rng(size)
+  similar = np.repeat(rng.normal(size=(1, S)), size, axis=0) + 0.01 * rng.normal(size=(size, S))
+  for w, beta in ((rng.normal(size=(size, S)), rng.uniform(0.05, 1.95, size)),
+                  (similar, np.full(size, 1.99))):
+    w = w / np.linalg.norm(w, axis=-1, keepdims=True)
+    lower = np.eye(size) + np.tril(w @ w.T, -1) * beta[:, None]
+    above = np.triu(rng.normal(size=(size, size)), 1)   # not read: the matrix is lower triangular
+    got = path.unit_lower_inverse(jnp.asarray(lower + above, jnp.float32)[None])[0]
+    np.testing.assert_allclose(got, np.linalg.inv(lower), atol=5e-5 * np.abs(np.linalg.inv(lower)).max())
+
+
 def test_the_products_preserve_norms_only_where_beta_is_0_or_2():
   x = _inputs(1, length=7)
   w = jnp.asarray(x["w"][0, :, 0], jnp.float32)

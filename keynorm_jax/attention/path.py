@@ -58,9 +58,36 @@ def compact_form(w_XxCxS, beta_XxC):
   chunk = w.shape[-2]
   eye = jnp.eye(chunk, dtype=jnp.float32)
   lower_XxCxC = jnp.tril(jnp.einsum("...cs,...ds->...cd", w, w), -1) * beta[..., :, None]
-  rhs_XxCxC = jnp.broadcast_to(eye * beta[..., None, :], lower_XxCxC.shape)   # D
-  return jax.scipy.linalg.solve_triangular(eye + lower_XxCxC, rhs_XxCxC, lower=True,
-                                           unit_diagonal=True)
+  return unit_lower_inverse(eye + lower_XxCxC) * beta[..., None, :]   # (I + DL)^-1 D
+
+
+def unit_lower_inverse(a_XxCxC):
+  """The inverse of unit lower triangular matrices [..., C, C] by blocks, in matrix products only:
+
+    [[A, 0], [B, D]]^-1 = [[A^-1, 0], [-D^-1 B A^-1, D^-1]],
+
+  the diagonal blocks' inverses doubling in size from 1 x 1 (the ones of the diagonal) to C
+  (padded to a power of two with the identity). XLA's CPU triangular solve took about 0.5 s for
+  64 x 64 x 64 (BENCHMARKS.md, "PaTH's cost"); these are log2 C rounds of batched products. The
+  entries above the diagonal are not read."""
+  size = a_XxCxC.shape[-1]
+  padded = 1 << max(0, size - 1).bit_length()
+  lead = a_XxCxC.shape[:-2]
+  a = jnp.zeros(lead + (padded, padded), a_XxCxC.dtype).at[..., :size, :size].set(a_XxCxC)
+  a = a.at[..., jnp.arange(size, padded), jnp.arange(size, padded)].set(1.0)
+  inverse_XxNx1x1 = jnp.ones(lead + (padded, 1, 1), a.dtype)   # the diagonal blocks of size 1
+  block = 1
+  while block < padded:
+    count = padded // (2 * block)
+    # The diagonal blocks of size 2 x block: [..., count, 2 block, 2 block]; B their lower left.
+    blocks = jnp.einsum("...iaib->...iab", a.reshape(lead + (count, 2 * block, count, 2 * block)))
+    below_XxNxBxB = blocks[..., block:, :block]
+    first, second = inverse_XxNx1x1[..., 0::2, :, :], inverse_XxNx1x1[..., 1::2, :, :]
+    corner = -second @ below_XxNxBxB @ first
+    top = jnp.concatenate([first, jnp.zeros_like(first)], axis=-1)
+    inverse_XxNx1x1 = jnp.concatenate([top, jnp.concatenate([corner, second], axis=-1)], axis=-2)
+    block *= 2
+  return inverse_XxNx1x1[..., 0, :size, :size]
 
 
 def chunk_product(w_XxCxS, beta_XxC):
