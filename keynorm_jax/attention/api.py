@@ -66,7 +66,7 @@ def attend(q, k, v, spec: Spec, learned: Learned = Learned(), *, positions=None,
   chosen = kernels.select(kernel, mods, shape, need_entropy=need_entropy)
   prepared = prepare(q, k, v, spec, learned, mods, positions=positions,
                      rope_table_op=chosen.rope_table_op)
-  out, entropy = chosen.run(prepared, None if blocks == (None, None) else blocks)
+  out, entropy = chosen(prepared, None if blocks == (None, None) else blocks)
   out = out.astype(v.dtype)
   if single_head:
     return out[:, :, 0], None if entropy is None else entropy[:, :, 0]

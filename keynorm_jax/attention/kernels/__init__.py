@@ -9,7 +9,7 @@
 `model.kernel` names one, or `auto`: cuDNN on a GPU where it can express the setting; past
 FULL_SQUARE_MAX_LENGTH tokens `blocked`; else `cpu` on a CPU backend and `reference` elsewhere.
 PaTH (Mods.path) goes to `blocked` at every length on every backend: its chunks (path.py) keep the
-memory linear in T, where the reference would hold every pair's score.
+memory linear in T, where the reference would hold every pair's score (kernels/base.py: pair_run).
 A named kernel that refuses a setting (kernel.refusal says why) gives way to `auto`'s choice, with a
 warning logged once per reason. Adding a kernel: its file, a line in KERNELS, and its row in
 tests/test_kernels.py's conformance table.
@@ -19,7 +19,7 @@ from absl import logging
 import jax
 
 from keynorm_jax.attention.kernels import blocked, cpu, dot_product, reference
-from keynorm_jax.attention.kernels.base import FULL_SQUARE_MAX_LENGTH, Kernel, Shape
+from keynorm_jax.attention.kernels.base import FULL_SQUARE_MAX_LENGTH, PAIR_REFUSAL, Kernel, Shape
 
 KERNELS = {kernel.name: kernel for kernel in (reference.KERNEL, cpu.KERNEL, blocked.KERNEL,
                                               dot_product.CUDNN, dot_product.XLA)}
@@ -31,6 +31,8 @@ def refusal(kernel: Kernel, mods, shape: Shape, need_entropy: bool = False):
   """Why `kernel` cannot run this call (None: it can)."""
   if need_entropy and not kernel.gives_entropy:
     return "it gives no attention entropy (the diagnostics need it)"
+  if mods.path and kernel.pair_run is None:
+    return PAIR_REFUSAL
   return kernel.refusal(mods, shape)
 
 

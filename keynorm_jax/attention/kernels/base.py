@@ -1,7 +1,10 @@
 """What a kernel is: a function of a Prepared (attention/prepare.py) and the settings it can run.
 
 A kernel returns (out [B, T, H, E], entropy [B, T, H] in nats, or None where it gives none) and says
-with `refusal(mods, shape)` why it cannot run a setting (None: it can). Registered in
+with `refusal(mods, shape)` why it cannot run a setting (None: it can). A product that depends on
+the pair (i, j), not on q_i and k_j alone (PaTH's q_i^T H_i ... H_{j+1} k_j: Prepared.path), is run
+by the kernel's `pair_run`, one of kernels/path_runs.py's two computations; a kernel without one
+refuses it (PAIR_REFUSAL). Calling the kernel picks between the two. Registered in
 kernels/__init__.py; every kernel passes the shared conformance test against `reference`
 (tests/test_kernels.py).
 """
@@ -12,6 +15,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 FULL_SQUARE_MAX_LENGTH = 2048   # longer sequences go to the blocked kernel (bounded memory)
+PAIR_REFUSAL = ("PaTH's transform depends on the pair (i, j): not q . k of per-position vectors (the "
+                "blocked kernel takes it)")
 
 
 class Shape(NamedTuple):
@@ -48,10 +53,16 @@ def longer_than_full_square(shape: Shape) -> str | None:
 class Kernel:
   """name; run(prepared, blocks) -> (out, entropy or None), blocks = (queries, keys) per block or
   None (only the blocked kernel reads it); refusal(mods, shape) -> reason or None; gives_entropy;
-  rope_table_op: prepare computes RoPE's table as an op of its own (the CPU layout)."""
+  rope_table_op: prepare computes RoPE's table as an op of its own (the CPU layout); pair_run: as
+  run, for a product that depends on the pair (None: refused)."""
   name: str
   summary: str
   run: Callable
   refusal: Callable = accept
   gives_entropy: bool = True
   rope_table_op: bool = False
+  pair_run: Callable | None = None
+
+  def __call__(self, prepared, blocks=None):
+    """(out, entropy or None): pair_run where the product depends on the pair, else run."""
+    return (self.run if prepared.path is None else self.pair_run)(prepared, blocks)

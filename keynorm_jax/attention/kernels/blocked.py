@@ -24,9 +24,9 @@ The products (q . k, p v and the backward's) take their inputs in the values' dt
 model's compute dtype) and sum in float32 (keynorm_jax/precision.py); m, l, c, the output and every
 gradient accumulate in float32.
 
-PaTH (Prepared.path) runs path.py's chunked attention (kernels/path_runs.py: the same online
-softmax, its products in float32) in chunks of the query block, at most path.DEFAULT_CHUNK (64):
-a chunk's compact form is a triangular solve of its size.
+PaTH (Prepared.path) runs path.py's chunked attention (pair_run: kernels/path_runs.py's by_chunks,
+the same online softmax, its products in float32) in chunks of the query block, at most
+path.DEFAULT_CHUNK (64).
 """
 
 import functools
@@ -35,7 +35,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from keynorm_jax.attention import path
 from keynorm_jax.attention.kernels import path_runs
 from keynorm_jax.attention.kernels.base import Kernel
 from keynorm_jax.attention.prepare import Side
@@ -301,9 +300,6 @@ def blocked_attention(block_scores, queries: Side, keys: Side, values_BxTxGxE, *
 def run(prepared, blocks=None):
   """The kernel: blocks = (queries, keys) per block, default DEFAULT_BLOCK each. The products take
   their inputs in the values' dtype (the model's compute dtype)."""
-  if prepared.path is not None:
-    query_block = (blocks or (DEFAULT_BLOCK,))[0]
-    return path_runs.by_chunks(prepared, min(query_block, path.DEFAULT_CHUNK))
   dtype = prepared.values.dtype
   p = prepared._replace(values=prepared.values.astype(jnp.float32))
   length = p.values.shape[1]
@@ -317,4 +313,5 @@ def run(prepared, blocks=None):
 
 KERNEL = Kernel("blocked", "query and key blocks with an online softmax, skipping empty blocks "
                 "(bounded memory at any length)", run,
-                refusal=lambda mods, shape: needs_whole_rows(mods))
+                refusal=lambda mods, shape: needs_whole_rows(mods),
+                pair_run=path_runs.by_chunks)

@@ -7,8 +7,8 @@
   rounded to the values' dtype (the model's compute dtype) and summed in float32
   (keynorm_jax/precision.py).
 - RoPE's cos and sin computed once as an op of their own (prepare's rope_table_op).
-- PaTH (Prepared.path): path.py's chunked attention in chunks of path.DEFAULT_CHUNK
-  (kernels/path_runs.py), as the blocked kernel runs it (the query blocks above are not its chunks).
+- PaTH (Prepared.path): path.py's chunked attention (pair_run: kernels/path_runs.py's by_chunks),
+  as the blocked kernel runs it (the query blocks above are not its chunks).
 Measured on the CPU only (benchmarks/PROFILE_NOTES.md); the same numbers within float32 rounding.
 """
 
@@ -36,8 +36,6 @@ def _positions_slice(x, start: int, stop: int):
 
 
 def run(prepared, blocks=None):  # pylint: disable=unused-argument
-  if prepared.path is not None:
-    return path_runs.by_chunks(prepared)
   dtype = prepared.values.dtype   # the products' inputs: the compute dtype
   # Rounded per block, so that the gradients of the blocks' overlapping keys add in float32.
   scores_product = lambda q, k: products.query_key_scores(q.astype(dtype), k.astype(dtype))
@@ -58,4 +56,4 @@ def run(prepared, blocks=None):  # pylint: disable=unused-argument
 
 KERNEL = Kernel("cpu", "the reference laid out for XLA's CPU backend (causal query blocks, "
                 "row-major products)", run, refusal=lambda mods, shape: longer_than_full_square(shape),
-                rope_table_op=True)
+                rope_table_op=True, pair_run=path_runs.by_chunks)

@@ -66,9 +66,6 @@ def expressible(mods, shape):
     return "ReRoPE with a window is not composed"
   if mods.sink_tokens is not None and start is not None and start < mods.window:
     return "a far rotation from inside the sinks' window is not composed"
-  if mods.path:
-    return ("PaTH's transform depends on the pair (i, j): not q . k of per-position vectors (the "
-            "blocked kernel takes it)")
   if mods.forget_gate:
     return "FoX's forget-gate bias depends on the data (the blocked kernel takes it)"
   if mods.scale_invariant_tau is not None:

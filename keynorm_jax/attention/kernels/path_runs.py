@@ -22,14 +22,16 @@ def _options(prepared):
               window=prepared.mods.window)
 
 
-def by_chunks(prepared, chunk: int = path.DEFAULT_CHUNK):
-  """(out [B, T, H, E] float32, entropy [B, T, H]) by path_attention's chunks of `chunk`."""
+def by_chunks(prepared, blocks=None):
+  """(out [B, T, H, E] float32, entropy [B, T, H]) by path_attention's chunks: of
+  path.DEFAULT_CHUNK positions, or of the query block (blocks[0]) where it is smaller."""
+  chunk = path.DEFAULT_CHUNK if blocks is None else min(blocks[0], path.DEFAULT_CHUNK)
   p = prepared
   return path.path_attention(p.queries.near, p.keys.near, p.values, p.path.w, p.path.beta,
                              chunk=chunk, **_options(p))
 
 
-def full_square(prepared):
+def full_square(prepared, blocks=None):  # pylint: disable=unused-argument
   """(out [B, T, H, E] float32, entropy [B, T, H]) from every score at once (path_scores; the kept
   pairs from attention/scores.py's mask)."""
   p = prepared

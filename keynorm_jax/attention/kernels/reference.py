@@ -9,8 +9,8 @@ query is scored against every key at once, the softmax runs in float32 and proba
 values is an einsum (grouped: key/value heads shared by query heads are not repeated). Both products
 take their inputs in the values' dtype (the model's compute dtype) and sum in float32
 (keynorm_jax/precision.py: in float32 the plain einsums). No blocks, no custom backward of its
-own; one switch: PaTH's scores (Prepared.path) are path.py's every score at once
-(kernels/path_runs.py's full_square, in float32), not q' . k'."""
+own. PaTH's scores (Prepared.path) are path.py's every score at once (pair_run:
+kernels/path_runs.py's full_square, in float32), not q' . k'."""
 
 import functools
 
@@ -21,8 +21,6 @@ from keynorm_jax.attention.scores import (block_scores, grouped_probs_times_valu
 
 
 def run(prepared, blocks=None):  # pylint: disable=unused-argument
-  if prepared.path is not None:
-    return path_runs.full_square(prepared)
   p = prepared
   dtype = p.values.dtype   # the products' inputs: the compute dtype
   probs_BxHxQxK, entropy_BxQxH = normalized_with_entropy(
@@ -32,4 +30,5 @@ def run(prepared, blocks=None):  # pylint: disable=unused-argument
   return out, entropy_BxQxH
 
 
-KERNEL = Kernel("reference", "the definition: full square, einsum products", run)
+KERNEL = Kernel("reference", "the definition: full square, einsum products", run,
+                pair_run=path_runs.full_square)
