@@ -77,6 +77,14 @@ def test_every_kernel_has_a_row():
   assert set(REFUSED) == set(kernels.KERNELS)
 
 
+@functools.cache
+def _reference_output(case):
+  """The reference kernel's output and entropy of a case, computed once for every kernel that runs
+  the case."""
+  q, k, v, options = _case(case)
+  return attend_options(q, k, v, kernel="reference", **options)
+
+
 @pytest.mark.parametrize("name", [n for n in kernels.KERNELS if n != "reference"])
 @pytest.mark.parametrize("case", ALL_CASES)
 def test_kernel_matches_reference_or_refuses(name, case):
@@ -87,7 +95,7 @@ def test_kernel_matches_reference_or_refuses(name, case):
     return
   assert reason is None, reason
   out, entropy = _run(name, q, k, v, options, _seed(case))
-  want_out, want_entropy = attend_options(q, k, v, kernel="reference", **options)
+  want_out, want_entropy = _reference_output(case)
   np.testing.assert_allclose(np.asarray(out), np.asarray(want_out), atol=2e-5, rtol=2e-5)
   if kernels.KERNELS[name].gives_entropy:
     np.testing.assert_allclose(np.asarray(entropy), np.asarray(want_entropy), atol=2e-5)
@@ -101,26 +109,43 @@ def test_kernel_matches_reference_or_refuses(name, case):
 def test_kernel_gradients_match_reference(name, case):
   """Gradients of q, k, v and of the learnable arrays among the options (SSMax's scale, FoX's
   log forget gates, CoPE's embeddings, PaTH's factors)."""
-  q, k, v, options = _case(case)
-  index = _seed(case)
   gives_entropy = kernels.KERNELS[name].gives_entropy
-  learnable = {n: options[n] for n in ("ssmax_scale", "log_forget", "cope_embeddings", "path")
-               if n in options}
-  fixed = {n: x for n, x in options.items() if n not in learnable}
-
-  def loss(kernel, q, k, v, arrays):
-    blocks = dict(zip(("query_block", "key_block"), BLOCKS[index % len(BLOCKS)]))
-    out, entropy = attend_options(q, k, v, kernel=kernel, need_entropy=gives_entropy, **fixed, **arrays,
-                          **(blocks if kernel == "blocked" else {}))
-    total = jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape)))
-    if gives_entropy:
-      total += jnp.sum(entropy * jnp.sin(jnp.arange(entropy.size).reshape(entropy.shape)))
-    return total
-
-  got = jax.jit(jax.grad(functools.partial(loss, name), argnums=(0, 1, 2, 3)))(q, k, v, learnable)
-  want = jax.grad(functools.partial(loss, "reference"), argnums=(0, 1, 2, 3))(q, k, v, learnable)
+  got = jax.jit(jax.grad(functools.partial(_gradient_loss, case, name, gives_entropy),
+                         argnums=(0, 1, 2, 3)))(*_gradient_inputs(case))
+  want = _reference_gradients(case, gives_entropy)
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+
+
+# The options a gradient is taken of (where the case has them).
+LEARNABLE = ("ssmax_scale", "log_forget", "cope_embeddings", "path")
+
+
+def _gradient_inputs(case):
+  """q, k, v and the learnable arrays among a case's options."""
+  q, k, v, options = _case(case)
+  return q, k, v, {n: options[n] for n in LEARNABLE if n in options}
+
+
+def _gradient_loss(case, kernel, with_entropy, q, k, v, arrays):
+  """A weighted sum of the output (and of the entropy, where the kernel gives it) of `kernel` on
+  the case with these q, k, v and learnable arrays (the blocked kernel in its blocks)."""
+  fixed = {n: x for n, x in _case(case)[3].items() if n not in LEARNABLE}
+  blocks = dict(zip(("query_block", "key_block"), BLOCKS[_seed(case) % len(BLOCKS)]))
+  out, entropy = attend_options(q, k, v, kernel=kernel, need_entropy=with_entropy, **fixed,
+                                **arrays, **(blocks if kernel == "blocked" else {}))
+  total = jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape)))
+  if with_entropy:
+    total += jnp.sum(entropy * jnp.sin(jnp.arange(entropy.size).reshape(entropy.shape)))
+  return total
+
+
+@functools.cache
+def _reference_gradients(case, with_entropy):
+  """The reference kernel's gradients of the same loss (eager), computed once for every kernel
+  that runs the case."""
+  return jax.grad(functools.partial(_gradient_loss, case, "reference", with_entropy),
+                  argnums=(0, 1, 2, 3))(*_gradient_inputs(case))
 
 
 @pytest.mark.parametrize("case", sorted(FORWARD_ONLY["xla"]))
