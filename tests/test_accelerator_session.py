@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import tarfile
-import time
 
 import pytest
 
@@ -68,10 +67,8 @@ def test_every_step_at_the_tiny_size_then_a_second_call_skips_them(tmp_path, dat
   assert {f"results/markers/{step}.json" for step in STEPS} <= packed
   assert not any("checkpoints" in name for name in packed)
 
-  started = time.monotonic()
   second = _call(tmp_path, data_dir, "--deadline_s=1500")
   assert second.returncode == 0, second.stdout + second.stderr
-  assert time.monotonic() - started < 60
   for step in STEPS:
     assert f"{step}: skipped" in second.stdout, second.stdout
   assert _markers(tmp_path) == markers
@@ -85,10 +82,8 @@ def test_a_step_past_the_deadline_gets_sigterm_and_is_marked_stopped(tmp_path, m
             f"signal.signal(signal.SIGTERM, lambda *_: sys.exit(75)); time.sleep(60)\"")
   stubborn = (f"{sys.executable} -c \"import signal, time; "
               f"signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)\"")
-  started = time.monotonic()
   codes, stopped = session._run([polite, stubborn], tmp_path / "log", 2)  # pylint: disable=protected-access
-  assert stopped and codes[0] == 75 and codes[1] == -9
-  assert time.monotonic() - started < 20
+  assert stopped and codes[0] == 75 and codes[1] == -9   # neither slept its 60 s out
   assert "$ " in (tmp_path / "log").read_text()
 
 
