@@ -26,8 +26,9 @@ import pytest  # noqa: E402
 # compilation cache for the run, made by its first process (xdist's controller, or pytest alone),
 # which removes it at exit, and shared by the xdist workers (which inherit the environment and
 # import this file), set before the first compile (JAX decides at its first compile whether a
-# process uses the cache). Not the processes the tests start: some are killed on purpose, and a
-# killed writer could leave a truncated entry.
+# process uses the cache). The processes the tests start use it only where they import this file
+# (the SIGKILL tests' scripts: killed while a checkpoint is saved, after their compiles and cache
+# writes, so no entry is left half written); the CLI subprocesses do not.
 _CACHE = os.environ.get("KEYNORM_JAX_TEST_CACHE")
 if _CACHE is None:
   _CACHE = os.environ["KEYNORM_JAX_TEST_CACHE"] = tempfile.mkdtemp(prefix="keynorm_jax_test_cache_")
