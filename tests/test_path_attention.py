@@ -101,7 +101,8 @@ def test_unit_lower_inverse_is_numpys_inverse(size):
     lower = np.eye(size) + np.tril(w @ w.T, -1) * beta[:, None]
     above = np.triu(rng.normal(size=(size, size)), 1)   # not read: the matrix is lower triangular
     got = path.unit_lower_inverse(jnp.asarray(lower + above, jnp.float32)[None])[0]
-    np.testing.assert_allclose(got, np.linalg.inv(lower), atol=5e-5 * np.abs(np.linalg.inv(lower)).max())
+    expected = np.linalg.inv(lower)
+    np.testing.assert_allclose(got, expected, atol=5e-5 * np.abs(expected).max())
 
 
 def test_the_products_preserve_norms_only_where_beta_is_0_or_2():

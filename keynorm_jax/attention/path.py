@@ -67,14 +67,14 @@ def unit_lower_inverse(a_XxCxC):
     [[A, 0], [B, D]]^-1 = [[A^-1, 0], [-D^-1 B A^-1, D^-1]],
 
   the diagonal blocks' inverses doubling in size from 1 x 1 (the ones of the diagonal) to C
-  (padded to a power of two with the identity). XLA's CPU triangular solve took about 0.5 s for
+  (padded with zeros to a power of two: with its diagonal counted as ones, the padding inverts to
+  the identity). XLA's CPU triangular solve took about 0.5 s for
   64 x 64 x 64 (BENCHMARKS.md, "PaTH's cost"); these are log2 C rounds of batched products. The
-  entries above the diagonal are not read."""
+  diagonal and the entries above it are not read."""
   size = a_XxCxC.shape[-1]
   padded = 1 << max(0, size - 1).bit_length()
   lead = a_XxCxC.shape[:-2]
   a = jnp.zeros(lead + (padded, padded), a_XxCxC.dtype).at[..., :size, :size].set(a_XxCxC)
-  a = a.at[..., jnp.arange(size, padded), jnp.arange(size, padded)].set(1.0)
   inverse_XxNx1x1 = jnp.ones(lead + (padded, 1, 1), a.dtype)   # the diagonal blocks of size 1
   block = 1
   while block < padded:
