@@ -1,6 +1,6 @@
 """Independent NumPy versions of one GAU layer, one Transformer block and a Transformer LM, written
 from their definitions. Nothing here imports keynorm_jax; attention itself is the loop-by-loop
-reference of numpy_positions_reference (variants, RoPE, biases, SSMax, log n per query).
+reference of numpy_attention_reference (variants, RoPE, biases, SSMax, log n per query).
 
   GAU layer:    h = swish(x W_i); u, v, z = split(h, [e, e, s]); q = z gamma_q + beta_q;
                 k = z gamma_k + beta_k; o = (u * Attention(q, k, v)) W_o        (one head)
@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-import numpy_positions_reference as ref
+import numpy_attention_reference as attention_ref
+import numpy_bias_reference as bias_ref
 
 
 def sigmoid(x):
@@ -68,10 +69,10 @@ def gau_layer(x, p, *, e, s, attention_kwargs, separate=False, heads=1):
 
 
 def multi_head_attention(q, k, v, per_head_kwargs):
-  """q [T, H, S], k, v [T, Hkv, S] -> [T, H * S]; per_head_kwargs(h) -> ref.attention's kwargs."""
+  """q [T, H, S], k, v [T, Hkv, S] -> [T, H * S]; per_head_kwargs(h) -> attention_ref.attention's kwargs."""
   heads, kv_heads = q.shape[1], k.shape[1]
   group = heads // kv_heads
-  out = [ref.attention(q[:, h], k[:, h // group], v[:, h // group], **per_head_kwargs(h))
+  out = [attention_ref.attention(q[:, h], k[:, h // group], v[:, h // group], **per_head_kwargs(h))
          for h in range(heads)]
   return np.concatenate(out, axis=-1)
 
@@ -97,12 +98,12 @@ def transformer_block(x, p, *, heads, kv_heads, size, norm_kind="rmsnorm", mlp_k
     q, k = norm(qk_norm, q, p["q_norm"]), norm(qk_norm, k, p["k_norm"])
   gate = p.get("attention", {}).get("forget_gate")
   if gate is not None:   # FoX: log f_t = log sigmoid(w . h_t + b) per head, on the normed input
-    bias = ref.fox_bias(ref.log_sigmoid(h @ gate["w"] + gate["b"]))
+    bias = bias_ref.fox_bias(bias_ref.log_sigmoid(h @ gate["w"] + gate["b"]))
     plain_kwargs = per_head_kwargs
     per_head_kwargs = lambda head: {**plain_kwargs(head), "bias": bias[head]}
   attended = multi_head_attention(q, k, v, per_head_kwargs)
   if "output_gate" in p:   # Qiu et al. 2025 (G1): times sigmoid(h W_gate), elementwise
-    attended = attended * ref.sigmoid(h @ p["output_gate"])
+    attended = attended * bias_ref.sigmoid(h @ p["output_gate"])
   x = x + attended @ p["out"]
   return x + mlp(mlp_kind, norm(norm_kind, x, p["mlp_norm"], norm_eps), p["mlp"])
 

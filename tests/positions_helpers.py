@@ -7,7 +7,7 @@ import numpy as np
 
 from keynorm_jax import positions
 from attention_cases import layer_options
-import numpy_positions_reference as ref
+import numpy_attention_reference as attention_ref
 from shapes import B, INV, S  # noqa: F401  (for the position tests)
 from shapes import LOOP_BLOCKS as BLOCKS, LOOP_E as E, LOOP_H as H, LOOP_T as T
 
@@ -18,11 +18,11 @@ def inputs(seed=0, heads=H):
 
 
 def per_head_reference(q, k, v, per_head_kwargs):
-  """ref.attention for every batch row and head; per_head_kwargs(h) -> its keyword arguments."""
+  """attention_ref.attention for every batch row and head; per_head_kwargs(h) -> its keyword arguments."""
   out = np.zeros(q.shape[:3] + (v.shape[-1],))
   for b in range(q.shape[0]):
     for h in range(q.shape[2]):
-      out[b, :, h] = ref.attention(q[b, :, h], k[b, :, h], v[b, :, h], **per_head_kwargs(h))
+      out[b, :, h] = attention_ref.attention(q[b, :, h], k[b, :, h], v[b, :, h], **per_head_kwargs(h))
   return out
 
 

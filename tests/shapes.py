@@ -5,7 +5,7 @@ Two lengths, each for a reason:
 - T = 37 for the shared case table (attention_cases.py) and the kernel tests: every block pair of
   BLOCKS really splits the queries and the keys, and the last block is ragged.
 - LOOP_T = 12 for the position methods' checks against the NumPy references
-  (numpy_positions_reference.py), which loop over i and j in Python (some in T^3): a short length
+  (numpy_*_reference.py), which loop over i and j in Python (some in T^3): a short length
   that query blocks of 5 still split; with LOOP_H = 3 heads, not a power of 2 (ALiBi's second
   slope rule).
 """

@@ -16,7 +16,7 @@ from safetensors.flax import save_file as save_flax
 from safetensors.numpy import load_file, save_file
 
 import numpy_layers_reference as layers_ref
-import numpy_positions_reference as pos_ref
+import numpy_rotary_reference as rotary_ref
 import numpy_reference as ref
 from keynorm_jax import positions
 from keynorm_jax.errors import ConfigError
@@ -76,7 +76,7 @@ YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32)
 
 
 @pytest.mark.parametrize("scaling, inv_freq, attention_factor", [
-    (LLAMA3, pos_ref.llama3_inv_freq(SIZE, BASE, 4.0, 1.0, 4.0, 64), 1.0),
+    (LLAMA3, rotary_ref.llama3_inv_freq(SIZE, BASE, 4.0, 1.0, 4.0, 64), 1.0),
     (YARN, ref.inv_freq_scaled(SIZE, BASE, "yarn", 4.0, train_length=32),
      0.1 * math.log(4.0) + 1.0),
     (dict(type="linear", factor=2.0), ref.inv_freq_plain(SIZE, BASE) / 2.0, 1.0),

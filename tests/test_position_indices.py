@@ -14,7 +14,8 @@ from keynorm_jax.errors import ConfigError
 from keynorm_jax.models import GAULM, ModelConfig, lm_parts
 from keynorm_jax.models.layers import sinusoidal_embedding
 from attention_cases import attend_options
-import numpy_positions_reference as ref
+import numpy_attention_reference as attention_ref
+import numpy_rotary_reference as rotary_ref
 from positions_helpers import B, INV, T, check, inputs
 
 TRAIN = 16
@@ -32,7 +33,7 @@ def drawn(name, batch=B, length=T, train_length=TRAIN, seed=0, **knobs):
 def test_random_integer_draws_sorted_distinct_integers_in_range():
   rows = drawn("random_integer", batch=16, length=64, train_length=64)
   assert rows.shape == (16, 64)
-  assert all(ref.randomized_positions_ok(row, 64, 8 * 64) for row in rows)
+  assert all(rotary_ref.randomized_positions_ok(row, 64, 8 * 64) for row in rows)
   assert len({tuple(row) for row in rows}) == 16       # fresh per sequence
   assert rows.max() > 4 * 64                            # they do reach far positions
 
@@ -100,7 +101,7 @@ def test_attention_at_the_drawn_indices_matches_numpy(name, encoding):
       kwargs = dict(inv_freq=INV, relative=lambda i, j, p=p: p[i] - p[j])
     else:
       kwargs = dict(bias=-0.3 * (p[:, None] - p[None, :]))
-    expected[b, :, 0] = ref.attention(q[b, :, 0], k[b, :, 0], v[b, :, 0], variant="kna", **kwargs)
+    expected[b, :, 0] = attention_ref.attention(q[b, :, 0], k[b, :, 0], v[b, :, 0], variant="kna", **kwargs)
   check(got, expected, atol=5e-5)
 
 
@@ -108,7 +109,7 @@ def test_attention_at_the_drawn_indices_matches_numpy(name, encoding):
 def test_sinusoidal_embedding_at_the_drawn_indices_matches_numpy(name):
   at = drawn(name, batch=1)
   got = np.asarray(sinusoidal_embedding(jnp.asarray(at, jnp.float32), 8))[0]
-  np.testing.assert_allclose(got, ref.sinusoidal_embedding(at[0], 8), atol=2e-5)
+  np.testing.assert_allclose(got, rotary_ref.sinusoidal_embedding(at[0], 8), atol=2e-5)
 
 
 def _logits(cfg, tokens, seed=None):

@@ -1,7 +1,7 @@
 """The position registry's own rules, and the positions on the embedding: which inference method
 applies to which training method (and the reason where not), the layer plans of HWFA and
 RNoPE-SWA, the sinusoidal embedding against its NumPy reference
-(tests/numpy_positions_reference.py), the learned table's refusal. The attention of each kind of
+(tests/numpy_rotary_reference.py), the learned table's refusal. The attention of each kind of
 method: test_positions_rotary.py, test_positions_bias.py, test_positions_scaling.py."""
 
 import jax
@@ -11,13 +11,13 @@ import pytest
 
 from keynorm_jax import positions
 from keynorm_jax.models.layers import LearnedPositions, sinusoidal_embedding
-import numpy_positions_reference as ref
+import numpy_rotary_reference as rotary_ref
 
 
 def test_sinusoidal_embedding():
   positions_ = np.array([[0, 1, 5, 100, 4095]])
   np.testing.assert_allclose(np.asarray(sinusoidal_embedding(positions_, 10))[0],
-                             ref.sinusoidal_embedding(positions_[0].astype(float), 10),
+                             rotary_ref.sinusoidal_embedding(positions_[0].astype(float), 10),
                              atol=1e-4)  # float32 angles of up to 4095 rad
 
 

@@ -1,5 +1,5 @@
 """Positions added to the scores, or folded into them, against the independent NumPy references
-(tests/numpy_positions_reference.py): ALiBi (and its inference-time slopes), KERPLE, FIRE,
+(tests/numpy_bias_reference.py): ALiBi (and its inference-time slopes), KERPLE, FIRE,
 scale-invariant attention, stick-breaking, CoPE and FoX's forget gates; and that the biases depend
 only on relative position. Every attention check runs full and in query blocks that really split
 the queries (T = 12 in blocks of 5). The other kinds: test_positions_rotary.py,
@@ -14,13 +14,15 @@ from keynorm_jax import positions
 from keynorm_jax.attention import far
 from attention_cases import attend_options, layer_options
 from keynorm_jax.models.position_bias import FireBias, ForgetGate, KerpleLogBias
-import numpy_positions_reference as ref
+import numpy_attention_reference as attention_ref
+import numpy_bias_reference as bias_ref
+import numpy_rotary_reference as rotary_ref
 from positions_helpers import B, BLOCKS, E, H, INV, S, T, check, inputs, per_head_reference
 
 
 @pytest.mark.parametrize("heads", [1, 2, 3, 4, 5, 6, 8, 12, 16])
 def test_alibi_slopes_match_the_paper(heads):
-  np.testing.assert_allclose(positions.alibi_slopes(heads), ref.alibi_slopes(heads), rtol=1e-12)
+  np.testing.assert_allclose(positions.alibi_slopes(heads), bias_ref.alibi_slopes(heads), rtol=1e-12)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
@@ -30,7 +32,7 @@ def test_alibi_attention(variant, block):
   slopes = np.array(positions.alibi_slopes(H), np.float32)
   got, _ = attend_options(q, k, v, variant=variant, alibi_slopes=slopes, query_block=block)
   expected = per_head_reference(q, k, v, lambda h: dict(
-      variant=variant, bias=ref.alibi_bias(T, slopes[h])))
+      variant=variant, bias=bias_ref.alibi_bias(T, slopes[h])))
   check(got, expected)
 
 
@@ -38,9 +40,9 @@ def test_alibi_inference_slopes():
   slopes = positions.alibi_slopes(8)
   spec = positions.AttentionSpec(alibi_slopes=slopes)
   interpolated = positions.inference_method("alibi_interpolate").at(2048, 512).apply(spec, 512)
-  np.testing.assert_allclose(interpolated.alibi_slopes, ref.alibi_interpolated_slopes(slopes, 4))
+  np.testing.assert_allclose(interpolated.alibi_slopes, bias_ref.alibi_interpolated_slopes(slopes, 4))
   ntk = positions.inference_method("ntk_alibi", factor=3.0).apply(spec, 512)
-  np.testing.assert_allclose(ntk.alibi_slopes, ref.ntk_alibi_slopes(slopes, 3.0), rtol=1e-12)
+  np.testing.assert_allclose(ntk.alibi_slopes, bias_ref.ntk_alibi_slopes(slopes, 3.0), rtol=1e-12)
 
 
 def _init_bias(module):
@@ -57,7 +59,7 @@ def test_kerple_log(block):
   bias = module.apply(params)
   got, _ = attend_options(q, k, v, variant="kna", score_bias=bias, query_block=block)
   expected = per_head_reference(q, k, v, lambda h: dict(
-      variant="kna", bias=ref.kerple_log_bias(T, max(r1[h], 1e-2), max(r2[h], 1e-2))))
+      variant="kna", bias=bias_ref.kerple_log_bias(T, max(r1[h], 1e-2), max(r2[h], 1e-2))))
   check(got, expected)
 
 
@@ -83,7 +85,7 @@ def test_fire(block):
   got, _ = attend_options(q, k, v, variant="baseline", score_bias=module.apply(params),
                   query_block=block)
   expected = per_head_reference(q, k, v, lambda h: dict(
-      variant="baseline", bias=ref.fire_bias(T, c, threshold, lambda x: f(x, h), eps=1e-6)))
+      variant="baseline", bias=bias_ref.fire_bias(T, c, threshold, lambda x: f(x, h), eps=1e-6)))
   check(got, expected)
 
 
@@ -117,8 +119,8 @@ def test_scale_invariant(opts, block):
   got, _ = attend_options(q, k, v, variant="baseline", query_block=block,
                           **{**kwargs, **opts, **cache})
   expected = per_head_reference(q, k, v, lambda h: dict(
-      variant="baseline", inv_freq=ref.p_rope_inv_freq(S, 100.0, 0.5),
-      logit_transform=ref.scale_invariant_logit(tau), **opts))
+      variant="baseline", inv_freq=rotary_ref.p_rope_inv_freq(S, 100.0, 0.5),
+      logit_transform=bias_ref.scale_invariant_logit(tau), **opts))
   check(got, expected)
   with pytest.raises(ValueError, match="tau must be > 0"):
     positions.training_method("scale_invariant", {"tau": -1.0})
@@ -136,7 +138,7 @@ def test_stick_breaking(opts, block):
   expected = np.zeros(q.shape[:3] + (E,))
   for b in range(B):
     for h in range(H):
-      expected[b, :, h] = ref.stick_breaking_attention(q[b, :, h], k[b, :, h], v[b, :, h],
+      expected[b, :, h] = bias_ref.stick_breaking_attention(q[b, :, h], k[b, :, h], v[b, :, h],
                                                        INV if rope else None, opts.get("window"))
   check(got, expected)
 
@@ -166,7 +168,7 @@ def test_cope(variant, npos, window, block):
   expected = np.zeros(q.shape[:3] + (E,))
   for b in range(B):
     for h in range(H):
-      expected[b, :, h] = ref.cope_attention(q[b, :, h], k[b, :, h], v[b, :, h], e, variant,
+      expected[b, :, h] = bias_ref.cope_attention(q[b, :, h], k[b, :, h], v[b, :, h], e, variant,
                                              window)
   check(got, expected)
   with pytest.raises(ValueError, match="cope_npos must be at least 2"):
@@ -189,7 +191,7 @@ def _forget_gate():
 def _numpy_log_forget(params, x):
   """[B, T, H] log f from the module's parameters, by the NumPy reference."""
   w, b = (np.asarray(params["params"][n], np.float64) for n in ("w", "b"))
-  return np.stack([ref.fox_log_forget(x[row].astype(np.float64), w, b) for row in range(B)])
+  return np.stack([bias_ref.fox_log_forget(x[row].astype(np.float64), w, b) for row in range(B)])
 
 
 def test_fox_forget_gates():
@@ -213,9 +215,9 @@ def test_fox_attention(variant, window, block):
   log_forget = _numpy_log_forget(params, x)
   expected = np.zeros(q.shape[:3] + (E,))
   for row in range(B):
-    bias = ref.fox_bias(log_forget[row])                     # [H, T, T]
+    bias = bias_ref.fox_bias(log_forget[row])                     # [H, T, T]
     for h in range(H):
-      expected[row, :, h] = ref.attention(q[row, :, h], k[row, :, h], v[row, :, h],
+      expected[row, :, h] = attention_ref.attention(q[row, :, h], k[row, :, h], v[row, :, h],
                                           variant=variant, window=window, bias=bias[h])
   check(got, expected)
   plain, _ = attend_options(q, k, v, variant=variant, window=window, query_block=block)

@@ -1,5 +1,5 @@
 """RoPE and the methods that change its angles, against the independent NumPy references
-(tests/numpy_positions_reference.py): xPos (and ReRoPE on it), p-RoPE, Llama 3's frequencies,
+(tests/numpy_rotary_reference.py): xPos (and ReRoPE on it), p-RoPE, Llama 3's frequencies,
 and the inference-time rewrites of RoPE's relative positions (Self-Extend, STRING, DCA). Every
 attention check runs full and in query blocks that really split the queries (T = 12 in blocks of
 5). The other kinds: test_positions_bias.py, test_positions_scaling.py; the registry's rules:
@@ -14,7 +14,8 @@ from keynorm_jax import positions
 from keynorm_jax.attention import far
 from attention_cases import attend_options, layer_options
 from keynorm_jax.rope import p_rope_mask, rope_inv_freq
-import numpy_positions_reference as ref
+import numpy_attention_reference as attention_ref
+import numpy_rotary_reference as rotary_ref
 from positions_helpers import B, BLOCKS, INV, S, T, check, column_kwargs, inputs, per_head_reference
 
 
@@ -30,9 +31,9 @@ def test_xpos(block, rerope):
   expected = np.zeros_like(np.asarray(got), dtype=np.float64)
   for b in range(B):
     qb, kb = q[b, :, 0].astype(np.float64), k[b, :, 0].astype(np.float64)
-    scores = ref.xpos_scores(qb, kb, INV, 0.4, 8.0, relative) / math.sqrt(S)
-    # ref.attention without RoPE scores q.k / sqrt(S); the rest of the xPos score is the bias.
-    expected[b, :, 0] = ref.attention(qb, kb, v[b, :, 0], variant="baseline",
+    scores = rotary_ref.xpos_scores(qb, kb, INV, 0.4, 8.0, relative) / math.sqrt(S)
+    # attention_ref.attention without RoPE scores q.k / sqrt(S); the rest of the xPos score is the bias.
+    expected[b, :, 0] = attention_ref.attention(qb, kb, v[b, :, 0], variant="baseline",
                                       bias=scores - qb @ kb.T / math.sqrt(S))
   check(got, expected)
 
@@ -50,7 +51,7 @@ def test_xpos_scores_depend_only_on_relative_position():
 def test_p_rope_frequencies(fraction):
   inv, _ = rope_inv_freq(16, base=10000.0)
   np.testing.assert_allclose(np.asarray(inv) * p_rope_mask(16, fraction),
-                             ref.p_rope_inv_freq(16, 10000.0, fraction), rtol=1e-6)
+                             rotary_ref.p_rope_inv_freq(16, 10000.0, fraction), rtol=1e-6)
 
 
 def test_p_rope_ends_are_rope_and_nope():
@@ -72,7 +73,7 @@ def test_llama3_matches_hf_formula(setting):
   got, attention_factor = rope_inv_freq(dim, base=base, scaling="llama3", factor=factor,
                                         train_length=original, low_freq_factor=low,
                                         high_freq_factor=high)
-  np.testing.assert_allclose(np.asarray(got), ref.llama3_inv_freq(dim, base, factor, low, high,
+  np.testing.assert_allclose(np.asarray(got), rotary_ref.llama3_inv_freq(dim, base, factor, low, high,
                                                                   original), rtol=2e-6)
   assert attention_factor == 1.0
 
@@ -85,7 +86,7 @@ def test_self_extend(group, window, block):
   got, _ = attend_options(q, k, v, variant="kna", inv_freq=INV.astype(np.float32),
                           far=far.SelfExtend(window, group), query_block=block)
   expected = per_head_reference(q, k, v, lambda h: dict(
-      variant="kna", inv_freq=INV, relative=ref.self_extend_relative(group, window)))
+      variant="kna", inv_freq=INV, relative=rotary_ref.self_extend_relative(group, window)))
   check(got, expected)
 
 
@@ -109,7 +110,7 @@ def test_string(shift, window, block):
   q, k, v = inputs(10)
   got, _ = attend_options(q, k, v, variant="kna", query_block=block, **kwargs)
   check(got, per_head_reference(q, k, v, lambda h: dict(
-      variant="kna", inv_freq=INV, relative=ref.string_relative(shift, window))))
+      variant="kna", inv_freq=INV, relative=rotary_ref.string_relative(shift, window))))
   default = positions.inference_method("string").at(8192, 512)
   assert (default.string_shift, default.string_window) == (168, 128)
   with pytest.raises(ValueError, match="string_window W = 9 must be at most string_shift S = 4"):
@@ -125,7 +126,7 @@ def test_dca(chunk, train, block):
   q, k, v = inputs(14)
   got, _ = attend_options(q, k, v, variant="kna", query_block=block, **kwargs)
   check(got, per_head_reference(q, k, v, lambda h: dict(
-      variant="kna", inv_freq=INV, relative=ref.dca_relative(chunk, train))))
+      variant="kna", inv_freq=INV, relative=rotary_ref.dca_relative(chunk, train))))
   assert positions.inference_method("dca").at(8192, 512).dca_chunk == 384
   with pytest.raises(ValueError, match="dca_chunk 6 must be below the training length 6"):
     positions.inference_method("dca", dca_chunk=6).at(T, 6)

@@ -1,5 +1,5 @@
 """What multiplies the scores or limits the keys, against the independent NumPy references
-(tests/numpy_positions_reference.py): windows and StreamingLLM's sinks, SSMax, post-hoc log n, the
+(tests/numpy_attention_reference.py): windows and StreamingLLM's sinks, SSMax, post-hoc log n, the
 temperature rules (YaRN's, DroPE's, Llama 4's, post-hoc SSMax) and QK-LayerNorm. Every attention
 check runs full and in query blocks that really split the queries (T = 12 in blocks of 5). The
 other kinds: test_positions_rotary.py, test_positions_bias.py; the registry's rules:
@@ -15,7 +15,7 @@ import pytest
 from keynorm_jax import positions
 from keynorm_jax.attention import far
 from attention_cases import attend_options
-import numpy_positions_reference as ref
+import numpy_attention_reference as attention_ref
 from positions_helpers import BLOCKS, H, INV, T, check, column_kwargs, inputs, per_head_reference
 
 
@@ -65,7 +65,7 @@ def test_lm_infinite(rope, alibi, knobs, block):
   q, k, v = inputs(12)
   got, _ = attend_options(q, k, v, variant="baseline", query_block=block,
                           **kwargs, **({} if alibi is None else {"alibi_slopes": alibi}))
-  position = ref.lm_infinite_position(knobs["n_global"], column.method.n_local, train)
+  position = attention_ref.lm_infinite_position(knobs["n_global"], column.method.n_local, train)
   check(got, per_head_reference(q, k, v, lambda h: dict(
       variant="baseline", inv_freq=INV if rope else None, position=position,
       bias=None if alibi is None else (lambda t, i: -alibi * t))))
@@ -153,5 +153,5 @@ def test_qk_layernorm_matches_reference():
   gain = np.linspace(0.5, 2.0, 6).astype(np.float32)
   bias = np.linspace(-1.0, 1.0, 6).astype(np.float32)
   got = norm.apply({"params": {"scale": gain, "bias": bias}}, x)
-  np.testing.assert_allclose(np.asarray(got), ref.layer_norm(x, gain, bias, 1e-6), atol=1e-5)
+  np.testing.assert_allclose(np.asarray(got), attention_ref.layer_norm(x, gain, bias, 1e-6), atol=1e-5)
   assert set(params["params"]) == {"scale", "bias"}

@@ -1,5 +1,5 @@
 """Where attention goes (attention/reach.py, diagnostics.reach_summary) against explicit NumPy loops
-over the attention probabilities written from the definition (tests/numpy_positions_reference.py)."""
+over the attention probabilities written from the definition (tests/numpy_attention_reference.py)."""
 
 import types
 
@@ -12,7 +12,7 @@ from keynorm_jax import run_config
 from attention_cases import attend_options, split_options
 from keynorm_jax.attention.reach import attend_with_reach
 from keynorm_jax.evaluation.diagnostics import reach_summary, run_diagnostics
-import numpy_positions_reference as ref
+import numpy_attention_reference as attention_ref
 from shapes import B, INV, S
 from shapes import LOOP_E as E, LOOP_H as H, LOOP_T as T   # the NumPy loops' shape
 
@@ -22,7 +22,7 @@ BUCKET = 4   # keys per reach block: a divisor of T = 12, so that the blocks are
 def _probabilities(q, k, **kwargs):
   """[T, T] attention probabilities of one head: the reference attention applied to the identity
   (row i of the output is p_i over the keys)."""
-  return ref.attention(q, k, np.eye(len(q)), **kwargs)
+  return attention_ref.attention(q, k, np.eye(len(q)), **kwargs)
 
 
 @pytest.mark.parametrize("blocks", [None, (5, 4)])

@@ -20,7 +20,8 @@ from keynorm_jax.models.gau import GAULayer
 from keynorm_jax.models.transformer import TransformerBlock, TransformerLM
 from keynorm_jax.positions import EvalColumn, inference_method
 import numpy_layers_reference as layers_ref
-import numpy_positions_reference as ref
+import numpy_attention_reference as attention_ref
+import numpy_bias_reference as bias_ref
 
 T, D = 10, 16
 
@@ -57,10 +58,10 @@ def _as_numpy(params):
 
 
 def _per_head_kwargs(cfg, params_np, length):
-  """ref.attention's arguments for head h of a block of `cfg` with RoPE or ALiBi."""
+  """attention_ref.attention's arguments for head h of a block of `cfg` with RoPE or ALiBi."""
   S, H = cfg.head_size, cfg.heads
   inv_freq = np.array([cfg.rope_theta**(-2.0 * m / S) for m in range(S // 2)])
-  slopes = ref.alibi_slopes(H)
+  slopes = bias_ref.alibi_slopes(H)
   kappa = ([math.log(i + 1) / math.log(cfg.resolved_logn_base) for i in range(length)]
            if cfg.logn else None)
 
@@ -69,7 +70,7 @@ def _per_head_kwargs(cfg, params_np, length):
     if cfg.position == "rope":
       out["inv_freq"] = inv_freq
     elif cfg.position == "alibi":
-      out["bias"] = ref.alibi_bias(length, slopes[h])
+      out["bias"] = bias_ref.alibi_bias(length, slopes[h])
     if cfg.ssmax:
       out["ssmax_s"] = params_np["attention"]["ssmax"]["s"][h]
     return out
