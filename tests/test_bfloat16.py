@@ -181,17 +181,19 @@ def test_a_kernel_in_bfloat16_gives_its_float32_numbers(case, kernel):
   options = {**CASES[case], "kernel": kernel, **(blocks if kernel == "blocked" else {})}
   weights = np.random.default_rng(9).normal(size=arrays[0].shape).astype(np.float32)
 
+  def attend(q, k, v):
+    return attend_options(q, k, v, need_entropy=False, **options)[0]
+
   def loss(q, k, v):
-    return jnp.sum(attend_options(q, k, v, need_entropy=False, **options)[0] * weights)
+    return jnp.sum(attend(q, k, v) * weights)
 
   rounded = [jnp.asarray(x, jnp.bfloat16) for x in arrays]
   exact = [x.astype(jnp.float32) for x in rounded]
-  out = attend_options(*rounded, need_entropy=False, **options)[0]
-  want = attend_options(*exact, need_entropy=False, **options)[0]
+  out, want = jax.jit(attend)(*rounded), jax.jit(attend)(*exact)
   assert out.dtype == jnp.bfloat16
   assert _relative(out, want) < ATTENTION_RTOL
-  grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*rounded)
-  want_grads = jax.grad(loss, argnums=(0, 1, 2))(*exact)
+  gradient = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+  grads, want_grads = gradient(*rounded), gradient(*exact)
   _assert_close_gradients([g.astype(jnp.float32) for g in grads], list(want_grads),
                           ATTENTION_MIN_COSINE, ATTENTION_RTOL)
   found = set(dot_generals(jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(*rounded).jaxpr))

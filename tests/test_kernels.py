@@ -71,8 +71,9 @@ def _reason(name, q, k, v, options, need_entropy=False):
 
 def _run(name, q, k, v, options, case_index=0):
   blocks = dict(zip(("query_block", "key_block"), BLOCKS[case_index % len(BLOCKS)]))
-  return attend_options(q, k, v, kernel=name, need_entropy=False, **options,
-                **(blocks if name == "blocked" else {}))
+  return jax.jit(lambda q, k, v: attend_options(
+      q, k, v, kernel=name, need_entropy=False, **options,
+      **(blocks if name == "blocked" else {})))(q, k, v)
 
 
 def test_every_kernel_has_a_row():
@@ -84,7 +85,7 @@ def _reference_output(case):
   """The reference kernel's output and entropy of a case, computed once for every kernel that runs
   the case."""
   q, k, v, options = _case(case)
-  return attend_options(q, k, v, kernel="reference", **options)
+  return jax.jit(lambda q, k, v: attend_options(q, k, v, kernel="reference", **options))(q, k, v)
 
 
 @pytest.mark.parametrize("name", [n for n in kernels.KERNELS if n != "reference"])
@@ -146,8 +147,8 @@ def _gradient_loss(case, kernel, with_entropy, q, k, v, arrays):
 def _reference_gradients(case, with_entropy):
   """The reference kernel's gradients of the same loss (eager), computed once for every kernel
   that runs the case."""
-  return jax.grad(functools.partial(_gradient_loss, case, "reference", with_entropy),
-                  argnums=(0, 1, 2, 3))(*_gradient_inputs(case))
+  return jax.jit(jax.grad(functools.partial(_gradient_loss, case, "reference", with_entropy),
+                          argnums=(0, 1, 2, 3)))(*_gradient_inputs(case))
 
 
 @pytest.mark.parametrize("case", sorted(FORWARD_ONLY["xla"]))

@@ -15,6 +15,7 @@ from keynorm_jax.evaluation.diagnostics import reach_summary, run_diagnostics
 import numpy_attention_reference as attention_ref
 from shapes import B, INV, S
 from shapes import LOOP_E as E, LOOP_H as H, LOOP_T as T   # the NumPy loops' shape
+from train_helpers import TEST_KERNEL
 
 BUCKET = 4   # keys per reach block: a divisor of T = 12, so that the blocks are whole
 
@@ -99,6 +100,7 @@ def test_reach_summary_against_loops_over_the_probabilities():
 def test_run_diagnostics_measures_the_reach_of_every_layer():
   config = run_config.load_config("kna_rope")
   config.model_size, config.train_length = "tiny", 16
+  config.model.kernel = TEST_KERNEL   # the tiny runs' kernel (train_helpers.py says why)
   config = run_config.resolve(config)
   params = run_config.build_model(config).init(jax.random.PRNGKey(0),
                                                jnp.zeros([1, 16], jnp.int32))["params"]

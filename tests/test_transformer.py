@@ -22,6 +22,7 @@ from keynorm_jax.positions import EvalColumn, inference_method
 import numpy_layers_reference as layers_ref
 import numpy_attention_reference as attention_ref
 import numpy_bias_reference as bias_ref
+from train_helpers import TEST_KERNEL
 
 T, D = 10, 16
 
@@ -228,6 +229,7 @@ def test_diagnostics_are_per_head():
 def test_run_diagnostics_reports_every_head():
   config = run_config.load_config("transformer_baseline_alibi")
   config.model_size, config.train_length = "tiny", 8
+  config.model.kernel = TEST_KERNEL   # the tiny runs' kernel (train_helpers.py says why)
   config.model.num_heads, config.model.num_kv_heads = 4, 2
   config = run_config.resolve(config)
   params = run_config.build_model(config).init(jax.random.PRNGKey(0),
