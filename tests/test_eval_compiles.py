@@ -57,7 +57,7 @@ CASES = [
                       "drope_temperature", "posthoc_ssmax")),
     ("kna_rope", {}, ("rerope", "leaky_rerope", "self_extend", "dca", "string", "window",
                       "streaming", "lm_infinite")),
-    ("transformer_kna_rope", {"scan_layers": True, "remat": True},
+    ("transformer_kna_rope", {"scan_layers": True, "remat": True, "num_layers": 2},
      ("yarn", "leaky_rerope", "window")),
     ("transformer_baseline_alibi", {}, ("alibi_interpolate", "ntk_alibi")),
     ("kna_nope", {}, ("llama4_temperature",)),

@@ -138,6 +138,7 @@ def test_export_then_import_gives_the_same_logits_and_tokens(tmp_path, data_dir)
   config = tiny_config("transformer_baseline_rope", data_dir=data_dir, num_train_steps=2,
                        checkpoint_every_steps=2)
   config.model.num_kv_heads = 1
+  config.model.num_layers = 2   # layers written and read back in their order
   training.train_and_evaluate(config, tmp_path / "run")
   done = subprocess.run([sys.executable, "-m", "keynorm_jax.export_hf",
                          f"--workdir={tmp_path / 'run'}", f"--out={tmp_path / 'hf'}"],

@@ -18,8 +18,15 @@ from keynorm_jax.training.optimizer import make_optimizer
 from train_helpers import tiny_config
 
 
+def _two_layers(config):
+  """The tiny config with the preset's two layers (tiny_config keeps one where they would be
+  alike): a scan of one layer would hide what scanning changes."""
+  config.model.num_layers = 2
+  return config
+
+
 def _config(name, scan, **model):
-  config = tiny_config(name)
+  config = _two_layers(tiny_config(name))
   config.model.scan_layers = scan
   config.model.update(model)
   return run_config.resolve(config)
@@ -52,11 +59,12 @@ def test_scanned_layers_compute_what_the_loop_computes(name, remat):
 def test_scanned_training_with_fsdp_gives_the_loops_losses(tmp_path, monkeypatch, data_dir):
   """Scanned layers, FSDP over 8 devices and the cpu kernel (what `auto` picks on a CPU) give the
   losses of the plain loop of layers with the reference kernel."""
-  training.train_and_evaluate(tiny_config(data_dir=data_dir, num_train_steps=3), tmp_path / "loop")
-  loop_model = run_config.build_model(run_config.resolve(tiny_config()))
+  training.train_and_evaluate(_two_layers(tiny_config(data_dir=data_dir, num_train_steps=3)),
+                              tmp_path / "loop")
+  loop_model = run_config.build_model(run_config.resolve(_two_layers(tiny_config())))
   monkeypatch.setattr(training, "init_params",
                       lambda model, seed, length: _stacked(init_params(loop_model, seed, length)))
-  config = tiny_config(data_dir=data_dir, num_train_steps=3, num_devices=8, fsdp=4)
+  config = _two_layers(tiny_config(data_dir=data_dir, num_train_steps=3, num_devices=8, fsdp=4))
   config.model.scan_layers = True
   config.model.kernel = "cpu"
   training.train_and_evaluate(config, tmp_path / "scan")

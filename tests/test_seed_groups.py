@@ -206,15 +206,15 @@ def test_bad_num_seeds_are_refused_in_one_line(value):
 
 def test_a_group_beyond_the_devices_memory_is_refused_before_any_work(tmp_path, data_dir,
                                                                      monkeypatch):
-  """The estimate (training/memory.py) against the devices' memory, here made 8 MiB (a tiny
-  member needs about 2.5): refused in one line naming what fits, before the data is read or the
+  """The estimate (training/memory.py) against the devices' memory, here made 4 MiB (a tiny
+  member needs about 1.7): refused in one line naming what fits, before the data is read or the
   workdir made; where not even one member fits, said so."""
-  capacity = [8 * 2**20]
+  capacity = [4 * 2**20]
   monkeypatch.setattr(memory, "device_memory", lambda devices: (capacity[0], "the test's memory"))
   monkeypatch.setattr(training, "_tokens", lambda *_: pytest.fail("the data was read"))
   with pytest.raises(run_config.ConfigError, match=r"^--config.num_seeds=8: a group of 8 needs "
                                                    r"about \d+\.\d MiB to train \(\d\.\d MiB a "
-                                                   r"member.*more than the test's memory, 8\.0 MiB\. "
+                                                   r"member.*more than the test's memory, 4\.0 MiB\. "
                                                    r"Train at most [1-3] seed\(s\) per group"):
     training.train_and_evaluate(_group_config(data_dir, num_seeds=8), tmp_path / "run")
   capacity[0] = 1

@@ -138,7 +138,8 @@ def _unshare_works() -> bool:
 _TINY_FLAGS = ("--config=kna_rope", "--config.model_size=tiny", "--config.train_length=32",
                "--config.batch_size=8", "--config.num_train_steps=6",
                "--config.checkpoint_every_steps=3", "--config.log_every_steps=1",
-               "--config.eval_windows=4", "--config.model.kernel=reference")
+               "--config.eval_windows=4", "--config.model.kernel=reference",
+               "--config.model.num_layers=1")
 # train.py with the room check before a save left out, so that a save starts and fails midway.
 _NO_ROOM_CHECK = ("import runpy, sys; sys.path.insert(0, '.'); "
                   "from keynorm_jax.storage import checkpoint_writer as w; "
