@@ -68,19 +68,19 @@ def straight_run(tmp_path_factory, data_dir):
   return workdir
 
 
-# The files that took longest (a full run on 2 workers under load, 2026-12-06; test_hf_lengths.py,
-# test_path_runs.py and test_training.py as since made shorter), longest first. xdist hands out
-# whole files (--dist loadfile) in collection order as workers free up, so a long file collected
-# last would leave the other worker idle at the end: these go first, longest first (the rest, each
-# under about 35 s, keep their order).
-LONG_FILES = ("test_methods_end_to_end.py", "test_bfloat16.py", "test_kernels.py",
-              "test_seed_groups.py", "test_path_runs.py", "test_preemption.py", "test_model.py",
-              "test_training.py", "test_transformer.py", "test_disks.py", "test_eval_signals.py",
-              "test_eval.py", "test_notebook_and_reproduce.py", "test_study.py",
-              "test_layer_stack.py", "test_accelerator_session.py", "test_hf_import.py",
-              "test_position_indices.py", "test_eval_compiles.py", "test_dot_product_kernel.py",
-              "test_drope.py", "test_study_groups.py", "test_retrieval.py", "test_cli_input.py",
-              "test_blocked_attention.py", "test_corrupt_checkpoints.py", "test_zero_knobs.py")
+# The files that took longest (a full run on 2 workers beside a training, 2026-12-06, after
+# tiny_config's one layer), longest first. xdist hands out whole files (--dist loadfile) in
+# collection order as workers free up, so a long file collected last would leave the other worker
+# idle at the end: these go first, longest first (the rest, each under about 30 s there, keep
+# their order).
+LONG_FILES = ("test_methods_end_to_end.py", "test_kernels.py", "test_model.py", "test_bfloat16.py",
+              "test_seed_groups.py", "test_preemption.py", "test_disks.py", "test_study.py",
+              "test_training.py", "test_notebook_and_reproduce.py", "test_transformer.py",
+              "test_path_runs.py", "test_eval_signals.py", "test_path_layers.py",
+              "test_accelerator_session.py", "test_eval.py", "test_layer_stack.py",
+              "test_dot_product_kernel.py", "test_position_indices.py", "test_hf_import.py",
+              "test_hf_lengths.py", "test_blocked_attention.py", "test_kill_mid_save.py",
+              "test_study_groups.py", "test_cli_input.py", "test_path_attention.py")
 
 
 def pytest_collection_modifyitems(items):
