@@ -46,13 +46,15 @@ def data_dir(tmp_path_factory):
 @pytest.fixture
 def reference_kernel(monkeypatch):
   """Configs loaded by name (the study's and the reproduction's tiny runs) train with the reference
-  kernel, as tiny_config's do (train_helpers.py says why)."""
+  kernel and one layer where the layers are alike, as tiny_config's do (train_helpers.py says
+  why)."""
   from keynorm_jax import run_config
-  from train_helpers import TEST_KERNEL
+  from train_helpers import TEST_KERNEL, one_layer_where_alike
   load = run_config.load_config
   def load_with_the_reference_kernel(name):
     config = load(name)
     config.model.kernel = TEST_KERNEL
+    one_layer_where_alike(config)
     return config
   monkeypatch.setattr(run_config, "load_config", load_with_the_reference_kernel)
 

@@ -12,7 +12,7 @@ from keynorm_jax.study import groups, plan, runner
 from keynorm_jax.study.records import RecordStore
 from keynorm_jax.study.session import run_plan
 from keynorm_jax.study.stages import FILE_NAME
-from train_helpers import TEST_KERNEL
+from train_helpers import TEST_KERNEL, one_layer_where_alike
 
 ENTRIES = [plan.StudyRun("kna_rope", 0), plan.StudyRun("kna_rope", 1)]
 
@@ -32,6 +32,7 @@ def studied(tmp_path_factory, data_dir):
     def with_the_reference_kernel(name):
       config = load(name)
       config.model.kernel = TEST_KERNEL  # as conftest's reference_kernel
+      one_layer_where_alike(config)
       return config
     patch.setattr(run_config, "load_config", with_the_reference_kernel)
     patch.setitem(plan.SCALES["tiny"], "windows", {1: 2, 8: 1})   # the plan's shape, fewer windows
