@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from numpy_bias_reference import alibi_bias
-from numpy_rotary_reference import as_complex, rotate
+from numpy_reference import as_complex, rotate
 
 
 # ----------------------------------------------------------------------------- windows, sinks and LM-Infinite

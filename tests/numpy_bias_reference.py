@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from numpy_rotary_reference import as_complex
+from numpy_reference import as_complex
 
 
 # ----------------------------------------------------------------------------- ALiBi family

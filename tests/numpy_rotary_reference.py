@@ -13,17 +13,7 @@ import math
 
 import numpy as np
 
-
-# ----------------------------------------------------------------------------- rotary pairs
-def as_complex(x):
-  half = x.shape[-1] // 2
-  return x[..., :half] + 1j * x[..., half:]
-
-
-def rotate(x, pos, inv_freq):
-  """RoPE by explicit complex products: x [S] at position pos, pair m turned by pos * inv_freq[m]."""
-  z = as_complex(np.asarray(x, dtype=np.float64)) * np.exp(1j * pos * inv_freq)
-  return np.concatenate([z.real, z.imag])
+from numpy_reference import as_complex, rotate   # RoPE's complex form, one home
 
 
 # ----------------------------------------------------------------------------- absolute positions
