@@ -69,11 +69,15 @@ def _reason(name, q, k, v, options, need_entropy=False):
                          need_entropy)
 
 
+def _jitted(q, k, v, **options):
+  """attend_options compiled as one program (not run op by op)."""
+  return jax.jit(lambda q, k, v: attend_options(q, k, v, **options))(q, k, v)
+
+
 def _run(name, q, k, v, options, case_index=0):
   blocks = dict(zip(("query_block", "key_block"), BLOCKS[case_index % len(BLOCKS)]))
-  return jax.jit(lambda q, k, v: attend_options(
-      q, k, v, kernel=name, need_entropy=False, **options,
-      **(blocks if name == "blocked" else {})))(q, k, v)
+  return _jitted(q, k, v, kernel=name, need_entropy=False, **options,
+                 **(blocks if name == "blocked" else {}))
 
 
 def test_every_kernel_has_a_row():
@@ -85,7 +89,7 @@ def _reference_output(case):
   """The reference kernel's output and entropy of a case, computed once for every kernel that runs
   the case."""
   q, k, v, options = _case(case)
-  return jax.jit(lambda q, k, v: attend_options(q, k, v, kernel="reference", **options))(q, k, v)
+  return _jitted(q, k, v, kernel="reference", **options)
 
 
 @pytest.mark.parametrize("name", [n for n in kernels.KERNELS if n != "reference"])
@@ -145,8 +149,8 @@ def _gradient_loss(case, kernel, with_entropy, q, k, v, arrays):
 
 @functools.cache
 def _reference_gradients(case, with_entropy):
-  """The reference kernel's gradients of the same loss (eager), computed once for every kernel
-  that runs the case."""
+  """The reference kernel's gradients of the same loss, computed once for every kernel that runs
+  the case."""
   return jax.jit(jax.grad(functools.partial(_gradient_loss, case, "reference", with_entropy),
                           argnums=(0, 1, 2, 3)))(*_gradient_inputs(case))
 
