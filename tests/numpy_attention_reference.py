@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from numpy_bias_reference import alibi_bias
-from numpy_reference import as_complex, rotate
+from numpy_reference import as_complex, rotate, softmax_average
 
 
 # ----------------------------------------------------------------------------- windows, sinks and LM-Infinite
@@ -104,9 +104,7 @@ def attention(q, k, v, *, variant, inv_freq=None, kappa=None, bias=None, window=
         score += bias[i, j]
       keys.append(j)
       scores.append(score)
-    scores = np.array(scores)
-    p = np.exp(scores - scores.max())
-    out[i] = (p / p.sum()) @ v[keys]
+    out[i] = softmax_average(scores, v[keys])
   return out
 
 

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from numpy_reference import as_complex
+from numpy_reference import as_complex, softmax_average
 
 
 # ----------------------------------------------------------------------------- ALiBi family
@@ -174,9 +174,7 @@ def cope_attention(q, k, v, e, variant="baseline", window=None):
       p = min(sum(1.0 / (1.0 + math.exp(-s[t])) for t in kept if t >= j), npos - 1)
       low, high = math.floor(p), math.ceil(p)
       logits.append(s[j] + (p - low) * (q[i] @ e[:, high]) + (1 - (p - low)) * (q[i] @ e[:, low]))
-    logits = np.array(logits)
-    w = np.exp(logits - logits.max())
-    out[i] = (w / w.sum()) @ v[kept]
+    out[i] = softmax_average(logits, v[kept])
   return out
 
 

@@ -48,6 +48,13 @@ def rotate(x, position, inv_freq):
   return np.concatenate([z.real, z.imag])
 
 
+def softmax_average(scores, values):
+  """sum_j softmax(scores)_j values_j for one query (the maximum subtracted before exp)."""
+  scores = np.asarray(scores, dtype=np.float64)
+  p = np.exp(scores - scores.max())
+  return (p / p.sum()) @ values
+
+
 def relative_position(t, rerope_window=None, leaky=None):
   if rerope_window is None or t < rerope_window:
     return t
@@ -81,8 +88,5 @@ def attention(q, k, v, *, variant, inv_freq=None, logn_base=None, attention_fact
       if posthoc_logn_length is not None:
         score *= max(1.0, math.log(i + 1) / math.log(posthoc_logn_length))
       scores.append(score * attention_factor**2)
-    scores = np.array(scores)
-    p = np.exp(scores - scores.max())
-    p /= p.sum()
-    out[i] = p @ v[:i + 1]
+    out[i] = softmax_average(scores, v[:i + 1])
   return out
