@@ -68,9 +68,9 @@ def unit_lower_inverse(a_XxCxC):
 
   the diagonal blocks' inverses doubling in size from 1 x 1 (the ones of the diagonal) to C
   (padded with zeros to a power of two: with its diagonal counted as ones, the padding inverts to
-  the identity). XLA's CPU triangular solve took about 0.5 s for
-  64 x 64 x 64 (BENCHMARKS.md, "PaTH's cost"); these are log2 C rounds of batched products. The
-  diagonal and the entries above it are not read."""
+  the identity). XLA's CPU triangular solve took about 0.5 s for 64 x 64 x 64 (BENCHMARKS.md,
+  "PaTH's cost"); these are log2 C rounds of batched products. The diagonal and the entries above
+  it are not read."""
   size = a_XxCxC.shape[-1]
   padded = 1 << max(0, size - 1).bit_length()
   lead = a_XxCxC.shape[:-2]
