@@ -34,6 +34,24 @@ def test_loop_logs_evaluates_and_checkpoints(straight_run):
   assert (straight_run / "config.json").exists()
 
 
+_NO_TORCH_LOADED = """
+import importlib.util, sys
+import keynorm_jax.training.loop
+assert "torch" not in sys.modules, "the training loop loaded torch"
+if importlib.util.find_spec("torch") is not None:   # installed: still importable afterwards
+  import torch
+  assert torch.ones(2).sum().item() == 2.0
+"""
+
+
+def test_the_training_loop_loads_no_torch_and_leaves_it_importable():
+  """tensorboardX imports torch wherever it is installed (seconds per training process): the
+  metrics writer imports it with torch hidden, and a later `import torch` still works."""
+  done = subprocess.run([sys.executable, "-c", _NO_TORCH_LOADED], cwd=REPO, capture_output=True,
+                        text=True, check=False)
+  assert done.returncode == 0, done.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_one_and_eight_devices_give_the_same_losses(tmp_path, data_dir, straight_run):
   """The straight run trained on every device (8 here); one device gives its losses."""

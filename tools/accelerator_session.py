@@ -66,10 +66,11 @@ SIZES = {
                               "--steps=10 --repeats=3"),
     "tiny": dict(study_scale="tiny", study_extra="", size="tiny",
                  train_length=32,
+                 # one layer: RoPE's layers are alike (the suite's tiny runs, train_helpers)
                  train_extra=" --config.train_length=32 --config.batch_size=2 "
                              "--config.num_train_steps=2 --config.checkpoint_every_steps=2 "
                              "--config.log_every_steps=1 --config.eval_windows=2 "
-                             "--config.model.kernel=reference",
+                             "--config.model.kernel=reference --config.model.num_layers=1",
                  eval_lengths="32,256", eval_extra=" --num_windows=2", long_size="tiny",
                  long_lengths="64,128",
                  groups_extra="--model_size=tiny --train_length=32 --num_seeds=1,2 --steps=2 "

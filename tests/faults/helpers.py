@@ -8,12 +8,11 @@ import sys
 
 import jax
 import numpy as np
-from tensorboardX.proto import event_pb2
-
 from keynorm_jax import run_config
 from keynorm_jax.storage import checkpointing
 from keynorm_jax.training import loop as training
 from keynorm_jax.training import preemption
+from keynorm_jax.training.metrics_writer import Event
 
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -58,7 +57,7 @@ def tensorboard_events(workdir):
     data, i, events = path.read_bytes(), 0, []
     while i < len(data):
       (size,) = struct.unpack("<Q", data[i:i + 8])
-      event = event_pb2.Event.FromString(data[i + 12:i + 12 + size])
+      event = Event.FromString(data[i + 12:i + 12 + size])
       events.append((event.step, event.HasField("session_log"), bool(event.summary.value)))
       i += 12 + size + 4
     out.append((path.name, events))
