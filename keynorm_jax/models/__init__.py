@@ -41,8 +41,13 @@ def given_specs(cfg: ModelConfig, column: positions.EvalColumn, length: int) -> 
 
 
 def init_params(model, seed: int, length: int):
-  """Freshly initialized parameters of `model` (built by build_model), in its param_dtype."""
-  params = model.init(jax.random.PRNGKey(seed), jnp.zeros([1, length], jnp.int32))["params"]
+  """Freshly initialized parameters of `model` (built by build_model), in its param_dtype.
+
+  Flax's lazy_init runs the initializers as `model.init` does (outside jit, op by op: the same
+  numbers bit for bit) and only traces the forward pass on the tokens, which `model.init` would
+  compute op by op for nothing (most of a tiny run's start-up on the CPU)."""
+  params = model.lazy_init(jax.random.PRNGKey(seed),
+                           jax.ShapeDtypeStruct((1, length), jnp.int32))["params"]
   return jax.tree.map(lambda p: p.astype(model.config.param_dtype), params)
 
 
