@@ -149,10 +149,11 @@ def test_the_models_are_causal(architecture, changes, column):
 
 
 # The seed's GAU; a Transformer with GQA and PaTH-FoX's learned parts (low-rank projection,
-# convolution, forget gates). (All 73 tiny configs of the field agreed when this changed.)
-LAZY_INIT_CASES = [CFG, ModelConfig(architecture="transformer", num_layers=2, d_model=16,
-                                    num_heads=4, num_kv_heads=2, position="path_fox",
-                                    attention="kna")]
+# convolution, forget gates), which model.init under jit rounds differently. One layer each (the
+# eager init is the test's time). (All 73 tiny configs of the field agreed when this changed.)
+LAZY_INIT_CASES = [dataclasses.replace(CFG, num_layers=1),
+                   ModelConfig(architecture="transformer", num_layers=1, d_model=16, num_heads=4,
+                               num_kv_heads=2, position="path_fox", attention="kna")]
 
 
 @pytest.mark.parametrize("cfg", LAZY_INIT_CASES, ids=lambda c: f"{c.architecture}-{c.position}")
