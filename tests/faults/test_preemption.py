@@ -62,7 +62,7 @@ def test_cli_trains_a_bare_config_name_in_its_default_workdir_and_sigterm_exits_
       [sys.executable, str(REPO / "train.py"), "--config=kna_rope", "--config.model_size=tiny",
        "--config.train_length=32", "--config.num_train_steps=100000",
        "--config.checkpoint_every_steps=100000", "--config.log_every_steps=1",
-       f"--config.data.data_dir={data_dir}"], cwd=tmp_path,
+       "--config.model.num_layers=1", f"--config.data.data_dir={data_dir}"], cwd=tmp_path,
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   deadline = time.monotonic() + 120
   while not (workdir / "metrics.jsonl").is_file() or \
