@@ -161,9 +161,11 @@ def test_init_params_are_flax_init_bit_for_bit(cfg):
   """init_params traces the forward pass instead of computing it: the same numbers as model.init
   (outside jit, as a one-device run initializes), bit for bit."""
   model = build_model(cfg)
-  expected = model.init(jax.random.PRNGKey(3), jnp.zeros([1, 12], jnp.int32))["params"]
+  # Two tokens: the parameters do not depend on the length, and model.init computes the forward
+  # pass op by op.
+  expected = model.init(jax.random.PRNGKey(3), jnp.zeros([1, 2], jnp.int32))["params"]
   expected = jax.tree.map(lambda p: p.astype(cfg.param_dtype), expected)
-  got = init_params(model, 3, 12)
+  got = init_params(model, 3, 2)
   assert jax.tree.structure(got) == jax.tree.structure(expected)
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
     assert a.dtype == b.dtype and a.shape == b.shape
