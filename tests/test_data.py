@@ -245,12 +245,26 @@ def test_a_process_waits_for_another_preparing_the_same_data_dir(tmp_path):
   with corpora.preparing(builder):
     other = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                              cwd=pathlib.Path(__file__).resolve().parent.parent)
-    time.sleep(8)
+    _wait_until_blocked_on_a_lock(other)
     assert other.poll() is None, "the second process did not wait for the lock"
     assert not builder.is_prepared()
   out, _ = other.communicate(timeout=120)
   assert other.returncode == 0 and out.strip().splitlines()[-1] == "3"  # Jeremiah, Ezekiel, Luke
   assert builder.is_prepared()
+
+
+def _wait_until_blocked_on_a_lock(process, timeout_s=120):
+  """Returns once `process` waits for a file lock (a blocked request, "->", with its pid in
+  /proc/locks); fails if it ends first or does not wait within the time."""
+  deadline = time.monotonic() + timeout_s
+  while time.monotonic() < deadline:
+    for line in pathlib.Path("/proc/locks").read_text().splitlines():
+      fields = line.split()
+      if fields[1:2] == ["->"] and fields[5:6] == [str(process.pid)]:
+        return
+    assert process.poll() is None, "the second process ended without waiting for the lock"
+    time.sleep(0.1)
+  raise AssertionError(f"the second process did not wait for the lock in {timeout_s} s")
 
 
 def test_a_builder_made_before_another_process_prepared_the_data_reads_it(tmp_path):
