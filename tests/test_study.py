@@ -267,6 +267,7 @@ def test_a_preregistered_run_is_scored_on_its_secondary_endpoint(tmp_path, monke
   monkeypatch.setattr(plan, "RETRIEVAL_OPTION_MULTIPLES", ())
   monkeypatch.setitem(plan.SCALES["tiny"], "windows", {1: 2})
   monkeypatch.setattr(plan, "SECONDARY_PROMPTS", 3)
+  monkeypatch.setattr(plan, "ROTARY_OPTIONS", ())             # next-token: "none" only
   store = RecordStore("field_tiny", root=tmp_path / "results")
   entry = [e for e in plan.preregistered_runs() if e.key.startswith("kna_rope")][0]
   assert entry.preregistered and entry.key.endswith("__retrieval50__seed3")
