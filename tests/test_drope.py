@@ -2,13 +2,15 @@
 from the same parameters and optimizer state; the switch follows the step number, so a run stopped
 after it resumes exactly."""
 
+import json
+
 import numpy as np
 import pytest
 
 from keynorm_jax import run_config
 from keynorm_jax.runs import config_at_step, load_run
 from keynorm_jax.training import loop as training
-from train_helpers import copy_run, losses, tiny_config
+from train_helpers import checkpoint_steps, copy_run, losses, tiny_config
 
 
 def _config(name, data_dir):
@@ -43,11 +45,14 @@ def test_rope_then_nope_and_an_exact_resume(tmp_path, data_dir):
                              logits(rope_early.config, rope_early.params), rtol=1e-6, atol=1e-6)
   assert not np.allclose(logits(run.config, early.params), logits(early.config, early.params),
                          atol=1e-3)
-  # Stopped after step 5 (checkpoint 4, in the NoPE phase) and resumed: the same run.
-  training.train_and_evaluate(_config("transformer_baseline_drope", data_dir), tmp_path / "again",
-                              stop_after_steps=5)
-  training.train_and_evaluate(_config("transformer_baseline_drope", data_dir), tmp_path / "again")
-  assert losses(tmp_path / "again") == drope
+  # Killed after checkpoint 4 (in the NoPE phase), before step 5 was logged, and resumed: steps 5
+  # and 6 trained again give the same run.
+  again = copy_run(tmp_path / "drope", tmp_path / "again", drop_steps=(6,))
+  rows = (again / "metrics.jsonl").read_text().splitlines()
+  (again / "metrics.jsonl").write_text("".join(f"{row}\n" for row in rows
+                                               if json.loads(row)["step"] <= 4))
+  training.train_and_evaluate(_config("transformer_baseline_drope", data_dir), again)
+  assert losses(again) == drope and checkpoint_steps(again) == [2, 4, 6]
   # Extending the run would move the switch (a share of num_train_steps): refused, nothing lost.
   longer = _config("transformer_baseline_drope", data_dir)
   longer.num_train_steps = 8
