@@ -211,13 +211,14 @@ def test_reproduce_stopped_while_evaluating_says_so_and_goes_on(installed, tmp_p
     os.kill(os.getpid(), signal.SIGTERM)
     return real(*args, **kwargs)
 
-  kwargs = dict(runs_dir=tmp_path / "runs", output=tmp_path / "page", variants=["kna_rope"],
-                steps=2, data_dir=data_dir)
+  # KNA + NoPE: evaluated under none at two lengths (kna_rope adds its scalings and long lengths).
+  kwargs = dict(runs_dir=tmp_path / "runs", output=tmp_path / "page", variants=["kna_nope"],
+                steps=4, data_dir=data_dir)
   with monkeypatch.context() as patch:
     patch.setattr(reproduce_run, "evaluate_run", signalled)
     with pytest.raises(preemption.Preempted, match=r"^Stopped by SIGTERM while evaluating "
-                                                    r"kna_rope: its training is saved \(checkpoint "
-                                                    r"2 in .*\) and the runs evaluated before it "
+                                                    r"kna_nope: its training is saved \(checkpoint "
+                                                    r"4 in .*\) and the runs evaluated before it "
                                                     r"are kept\. Run the same command again to go "
                                                     r"on from its evaluation\.$") as stopped:
       reproduce_run.reproduce("tiny", **kwargs)
@@ -227,5 +228,5 @@ def test_reproduce_stopped_while_evaluating_says_so_and_goes_on(installed, tmp_p
   capsys.readouterr()
   reproduce_run.reproduce("tiny", **kwargs)
   out = capsys.readouterr().out
-  assert "kna_rope: trained, skipping" in out and "evaluating kna_rope" in out
+  assert "kna_nope: trained, skipping" in out and "evaluating kna_nope" in out
   assert (tmp_path / "page" / "RESULTS.md").exists()
