@@ -94,8 +94,9 @@ def test_scanning_refuses_layers_that_differ():
     run_config.build_model(_config("baseline_hwfa", True))
 
 
-def test_bfloat16_parameters_and_optimizer_state_train_like_float32(tmp_path, data_dir):
-  losses = {}
+def test_bfloat16_parameters_and_optimizer_state_train_like_float32(tmp_path, data_dir,
+                                                                    straight_run):
+  losses = {"float32": [m["loss"] for m in read_metrics(straight_run)]}   # tiny_config's own
   for dtype in ("float32", "bfloat16"):
     config = tiny_config(data_dir=data_dir)
     config.model.param_dtype = dtype
@@ -105,7 +106,7 @@ def test_bfloat16_parameters_and_optimizer_state_train_like_float32(tmp_path, da
     floats = {x.dtype for x in jax.tree.leaves((shapes["params"], shapes["opt_state"]))
               if jnp.issubdtype(x.dtype, jnp.floating)}
     assert floats == {jnp.dtype(dtype)}
-    training.train_and_evaluate(config, tmp_path / dtype)
-    losses[dtype] = [m["loss"] for m in read_metrics(tmp_path / dtype)]
+  training.train_and_evaluate(config, tmp_path)
+  losses["bfloat16"] = [m["loss"] for m in read_metrics(tmp_path)]
   assert len(losses["bfloat16"]) == 6
   np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=5e-3)
