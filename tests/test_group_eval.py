@@ -1,6 +1,7 @@
-"""Evaluating a seed group (--config.num_seeds=2): its members' records, from one vmapped pass,
-against the single runs of the same seeds evaluated the plain way; the mean +- std rows over seeds;
-a single run's records (its old fields, plus `seed`)."""
+"""A seed group (--config.num_seeds=2) against the single runs of the same seeds: trained (every
+logged metric, the parameters), restored, and evaluated (its members' records, from one vmapped
+pass, against the single runs evaluated the plain way); the mean +- std rows over seeds; a single
+run's records (its old fields, plus `seed`)."""
 
 import csv
 import dataclasses
@@ -17,11 +18,13 @@ from keynorm_jax.evaluation.evaluate import auto_batch_size
 from keynorm_jax.evaluation.seed_summary import STD, seed_summaries
 from keynorm_jax.runs import load_run, workdir_source
 from keynorm_jax.training import loop as training
+from keynorm_jax.training.metrics_writer import read_metrics
 from train_helpers import tiny_config
 
 QUIET = lambda *_: None
 SCORERS = []  # whether each scorer the evaluation built was stacked (the `evaluated` fixture)
-STEPS = dict(num_train_steps=4, checkpoint_every_steps=4, num_devices=1)
+STEPS = dict(num_train_steps=4, checkpoint_every_steps=2, num_devices=1)
+SEEDS = (3, 4)   # a group that does not start at seed 0: its members' seeds are offset
 # A single run's next-token record before seeds were recorded (test_eval.py's runs).
 OLD_FIELDS = {"run", "config", "step", "position", "train_length", "length", "rope_scaling",
               "method", "set", "repeat_period", "accuracy", "accuracy_stderr",
@@ -29,15 +32,47 @@ OLD_FIELDS = {"run", "config", "step", "position", "train_length", "length", "ro
               "accuracy_by_position", "seconds"}
 
 
+def _config(data_dir, **overrides):
+  config = tiny_config(data_dir=data_dir, **STEPS, **overrides)
+  config.model.dropout = 0.1   # each member's own dropout key
+  return config
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, data_dir):
-  """runs/group: seeds 0 and 1 as one group; runs/seed_0 and runs/seed_1: each alone (4 steps)."""
+  """runs/group: seeds 3 and 4 as one group; runs/seed_3 and runs/seed_4: each alone (4 steps,
+  dropout, evaluated and saved at steps 2 and 4)."""
   root = tmp_path_factory.mktemp("runs")
-  training.train_and_evaluate(tiny_config(data_dir=data_dir, num_seeds=2, **STEPS), root / "group")
-  for seed in (0, 1):
-    training.train_and_evaluate(tiny_config(data_dir=data_dir, seed=seed, **STEPS),
-                                root / f"seed_{seed}")
+  training.train_and_evaluate(_config(data_dir, num_seeds=2, seed=SEEDS[0]), root / "group")
+  for seed in SEEDS:
+    training.train_and_evaluate(_config(data_dir, seed=seed), root / f"seed_{seed}")
   return root
+
+
+def _rows(workdir, seed=None):
+  """{step: row} of a run's metrics (of one member of a group)."""
+  return {m["step"]: m for m in read_metrics(workdir) if m.get("seed") == seed}
+
+
+@pytest.mark.slow
+def test_a_group_of_two_trains_as_the_two_single_runs(runs):
+  """Every logged metric at every step (training and evaluation) of each member equals that of
+  the single run of its seed."""
+  saved = json.loads((runs / "group" / "config.json").read_text())
+  assert saved["num_seeds"] == 2 and saved["member_seeds"] == list(SEEDS)
+  assert sorted(p.name for p in (runs / "group" / "tensorboard").iterdir()) == [
+      f"seed_{seed}" for seed in SEEDS]
+  for seed in SEEDS:
+    alone, member = _rows(runs / f"seed_{seed}"), _rows(runs / "group", seed)
+    assert sorted(member) == sorted(alone) == [1, 2, 3, 4]
+    assert "eval_loss" in alone[2] and "eval_loss" in alone[4]
+    for step, row in alone.items():
+      for key in ("loss", "accuracy", "grad_norm", "eval_loss", "eval_accuracy"):
+        if key in row:
+          np.testing.assert_allclose(member[step][key], row[key], rtol=1e-5, atol=1e-6,
+                                     err_msg=f"seed {seed} step {step} {key}")
+  # The members differ: another initialization, dropout and data order each.
+  assert _rows(runs / "group", SEEDS[0])[1]["loss"] != _rows(runs / "group", SEEDS[1])[1]["loss"]
 
 
 def _spy(make_scorer):
@@ -68,20 +103,22 @@ def evaluated(runs, tmp_path_factory):
 def test_the_group_is_scored_by_one_vmapped_scorer(evaluated):
   """The group's members share one stacked scorer (one pass over the seed axis) for all their
   lengths and methods; each single run has its own plain one; next-token, then passkey."""
-  assert SCORERS == [True, False, False] * 2   # the group, seed_0, seed_1
+  assert SCORERS == [True, False, False] * 2   # the group, seed_3, seed_4
 
 
 @pytest.mark.slow
 def test_a_group_restores_with_its_seed_axis(runs):
-  group, single = load_run(runs / "group"), load_run(runs / "seed_1")
-  assert group.seeds == (0, 1) and group.member_seeds == (0, 1)
-  assert single.seeds is None and single.member_seeds == (1,)
-  jax.tree.map(lambda g, s: np.testing.assert_equal(g.shape, (2, *s.shape)), group.params,
-               single.params)
-  member = group.member(1)
-  assert member.config.seed == 1 and member.seeds is None
-  jax.tree.map(lambda m, s: np.testing.assert_allclose(m, s, rtol=1e-5, atol=1e-6),
-               member.params, single.params)
+  group = load_run(runs / "group")
+  assert group.seeds == group.member_seeds == SEEDS
+  for i, seed in enumerate(SEEDS):
+    single = load_run(runs / f"seed_{seed}")
+    assert single.seeds is None and single.member_seeds == (seed,)
+    jax.tree.map(lambda g, s: np.testing.assert_equal(g.shape, (2, *s.shape)), group.params,
+                 single.params)
+    member = group.member(i)
+    assert member.config.seed == seed and member.seeds is None
+    jax.tree.map(lambda m, s: np.testing.assert_allclose(m, s, rtol=1e-5, atol=1e-6),
+                 member.params, single.params)
 
 
 @pytest.mark.slow
@@ -94,7 +131,7 @@ def test_the_members_records_equal_the_single_runs(evaluated):
   measured = {"accuracy", "accuracy_stderr", "accuracy_beyond_train", "loss",
               "accuracy_by_position", "token_accuracy", "accuracy_by_depth",
               "token_accuracy_by_depth", "seconds"}
-  for seed in (0, 1):
+  for seed in SEEDS:
     member = [r for r in records if r["run"] == "group" and r["seed"] == seed]
     alone = [r for r in records if r["run"] == f"seed_{seed}"]
     assert len(member) == len(alone) == 2 * 2 + 1  # 2 lengths x 2 sets, passkey
@@ -125,7 +162,7 @@ def test_the_summary_rows_are_numpys_mean_and_std_over_the_members(evaluated):
     for s in summaries:
       members = [r for r in found[member_key] if r["run"] == "group" and r["length"] == s["length"]
                  and r.get("set") == s.get("set") and r.get("task") == s.get("task")]
-      assert s["seeds"] == 2 and s["member_seeds"] == [r["seed"] for r in members] == [0, 1]
+      assert s["seeds"] == 2 and s["member_seeds"] == [r["seed"] for r in members] == list(SEEDS)
       for key in ("accuracy", "loss", "accuracy_by_position", "accuracy_by_depth"):
         if key in members[0]:
           values = np.array([r[key] for r in members], np.float64)
@@ -142,7 +179,7 @@ def test_the_summary_rows_are_numpys_mean_and_std_over_the_members(evaluated):
     assert [(r["run"], r["seeds"]) for r in csv.DictReader(f)] == [("group", "2")] * 4
   with paths["results.csv"].open() as f:
     assert [(r["run"], r["seed"]) for r in csv.DictReader(f)] == (
-        [("group", "0"), ("group", "1")] * 4 + [("seed_0", "0")] * 4 + [("seed_1", "1")] * 4)
+        [("group", "3"), ("group", "4")] * 4 + [("seed_3", "3")] * 4 + [("seed_4", "4")] * 4)
   assert paths["accuracy_by_position.png"].read_bytes()[:4] == b"\x89PNG"
   assert "| group (2 seeds) | none | passkey |" in retrieval_paths["results.md"].read_text()
   assert retrieval_paths["needle_group__none.png"].read_bytes()[:4] == b"\x89PNG"
@@ -151,8 +188,8 @@ def test_the_summary_rows_are_numpys_mean_and_std_over_the_members(evaluated):
 @pytest.mark.slow
 def test_a_single_runs_records_keep_their_fields_plus_seed(evaluated):
   (records, _, _), _ = evaluated
-  single = [r for r in records if r["run"] == "seed_1"]
-  assert single and all(set(r) == OLD_FIELDS | {"seed", "one_x"} and r["seed"] == 1
+  single = [r for r in records if r["run"] == "seed_4"]
+  assert single and all(set(r) == OLD_FIELDS | {"seed", "one_x"} and r["seed"] == 4
                         for r in single)     # and where its 1x comes from (issue 69)
 
 

@@ -1,5 +1,6 @@
-"""Seed groups (--config.num_seeds): the group against the single runs it replaces, its seed axis
-over 8 devices against one, its kill -9 and preemption resumes, its refusals, and eval.py on it."""
+"""Seed groups (--config.num_seeds): its seed axis over 8 devices against one, its kill -9 and
+preemption resumes, its refusals, and eval.py on it (against the single runs it replaces:
+test_group_eval.py)."""
 
 import json
 import os
@@ -22,16 +23,8 @@ from keynorm_jax.training.metrics_writer import read_metrics
 from train_helpers import checkpoint_steps, copy_run, tiny_config
 from faults.helpers import REPO, cli
 
-KEYS = ("loss", "accuracy", "grad_norm", "eval_loss", "eval_accuracy")
-
-
 def _group_config(data_dir, **overrides):
   return tiny_config(data_dir=data_dir, **{"num_seeds": 2, "num_devices": 1, **overrides})
-
-
-def _rows(workdir, seed=None):
-  """{step: row} of a run's metrics (of one member of a group)."""
-  return {m["step"]: m for m in read_metrics(workdir) if m.get("seed") == seed}
 
 
 def _restored(workdir, config):
@@ -54,37 +47,6 @@ def straight_group(tmp_path_factory, data_dir):
   workdir = tmp_path_factory.mktemp("group")
   training.train_and_evaluate(_group_config(data_dir), workdir)
   return workdir
-
-
-@pytest.mark.slow
-def test_a_group_of_two_equals_the_two_single_runs(tmp_path, data_dir):
-  """Seeds 3 and 4 as one group against --config.seed=3 and --config.seed=4 run alone, 20 steps
-  with dropout (each member's own key): every logged metric at every step, and the parameters."""
-  steps = dict(num_train_steps=20, checkpoint_every_steps=10, eval_every_steps=10, seed=3)
-  group = _group_config(data_dir, **steps)
-  group.model.dropout = 0.1
-  training.train_and_evaluate(group, tmp_path / "group")
-  stacked = _restored(tmp_path / "group", group).state
-  saved = json.loads((tmp_path / "group" / "config.json").read_text())
-  assert saved["num_seeds"] == 2 and saved["member_seeds"] == [3, 4]
-  assert sorted(p.name for p in (tmp_path / "group" / "tensorboard").iterdir()) == [
-      "seed_3", "seed_4"]
-  for i, seed in enumerate((3, 4)):
-    single = tiny_config(data_dir=data_dir, num_devices=1, **{**steps, "seed": seed})
-    single.model.dropout = 0.1
-    training.train_and_evaluate(single, tmp_path / str(seed))
-    alone, member = _rows(tmp_path / str(seed)), _rows(tmp_path / "group", seed)
-    assert sorted(member) == sorted(alone) == list(range(1, 21))
-    for step, row in alone.items():
-      for key in KEYS:
-        if key in row:
-          np.testing.assert_allclose(member[step][key], row[key], rtol=1e-5, atol=1e-6,
-                                     err_msg=f"seed {seed} step {step} {key}")
-    params = _restored(tmp_path / str(seed), single).state["params"]
-    jax.tree.map(lambda g, p: np.testing.assert_allclose(g, p, rtol=1e-5, atol=1e-6),
-                 seed_group.member(stacked["params"], i), params)
-  # The members differ: another initialization, dropout and data order each.
-  assert _rows(tmp_path / "group", 3)[1]["loss"] != _rows(tmp_path / "group", 4)[1]["loss"]
 
 
 @pytest.mark.slow
