@@ -72,7 +72,7 @@ SIZES = {
                              "--config.log_every_steps=1 --config.eval_windows=2 "
                              "--config.model.kernel=reference --config.model.num_layers=1",
                  eval_lengths="32,256", eval_extra=" --num_windows=2", long_size="tiny",
-                 long_lengths="64,128",
+                 long_lengths="64",
                  groups_extra="--model_size=tiny --train_length=32 --num_seeds=1,2 --steps=2 "
                               "--repeats=1"),
 }
