@@ -18,7 +18,7 @@ def test_notebook_runs_end_to_end(tmp_path):
   index = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
   nb.cells.insert(index + 1, nbformat.v4.new_code_cell(
       f"PROJECT_DIR = {str(REPO)!r}\nINSTALL = False\nSIZE = 'tiny'\nTRAIN_LENGTH = 32\n"
-      f"EVAL_LENGTH = 128\nNUM_TRAIN_STEPS = 4\nNUM_WINDOWS = 2\n"
+      f"EVAL_LENGTH = 128\nNUM_TRAIN_STEPS = 2\nNUM_WINDOWS = 2\nSCALINGS = ['none', 'yarn']\n"
       f"WORKDIR = {str(tmp_path / 'runs')!r}"))
   NotebookClient(nb, timeout=600, kernel_name="python3",
                  resources={"metadata": {"path": str(tmp_path)}}).execute()
