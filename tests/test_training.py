@@ -131,17 +131,18 @@ def test_corrupt_or_incomplete_latest_checkpoint_falls_back(tmp_path, data_dir, 
   assert losses(workdir) == losses(straight_run)
 
 
-def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, data_dir, monkeypatch):
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(straight_run, tmp_path, data_dir,
+                                                          monkeypatch):
   config = tiny_config(data_dir=data_dir)
-  training.train_and_evaluate(config, tmp_path, stop_after_steps=3)
+  workdir = copy_run(straight_run, tmp_path, drop_steps=[6])   # killed before checkpoint 6
   real = training.token_scores
   monkeypatch.setattr(training, "token_scores",
                       lambda logits, targets: (real(logits, targets)[0],
                                                jnp.full(targets.shape, jnp.nan)))
   with pytest.raises(training.NonFiniteLossError,
                      match=r"nan at or before step 4.*\(step 3\) is kept"):
-    training.train_and_evaluate(config, tmp_path)
-  assert checkpoint_steps(tmp_path) == [3]
+    training.train_and_evaluate(config, workdir)
+  assert checkpoint_steps(workdir) == [3]
 
 
 def test_bfloat16_compute_trains(tmp_path, data_dir):
@@ -157,13 +158,13 @@ def test_batch_not_divisible_by_devices(tmp_path, data_dir):
     training.train_and_evaluate(tiny_config(data_dir=data_dir, batch_size=6), tmp_path)
 
 
-def test_workdir_of_another_config_is_refused_and_kept(tmp_path, data_dir):
-  training.train_and_evaluate(tiny_config(data_dir=data_dir), tmp_path, stop_after_steps=3)
+def test_workdir_of_another_config_is_refused_and_kept(straight_run, tmp_path, data_dir):
+  workdir = copy_run(straight_run, tmp_path, drop_steps=[6])   # a kna_rope run at checkpoint 3
   # qknorm_rope has more parameters: the refusal must come before any restore is tried.
   with pytest.raises(run_config.ConfigError, match="different config.*attention.*qk_norm"):
-    training.train_and_evaluate(tiny_config("qknorm_rope", data_dir=data_dir), tmp_path)
-  assert (tmp_path / "checkpoints" / "3").is_dir()
-  assert not (tmp_path / "corrupt_checkpoints").exists()
+    training.train_and_evaluate(tiny_config("qknorm_rope", data_dir=data_dir), workdir)
+  assert (workdir / "checkpoints" / "3").is_dir()
+  assert not (workdir / "corrupt_checkpoints").exists()
 
 
 def _train_3_steps_as_another_version(tmp_path, data_dir, monkeypatch, edit):
