@@ -94,19 +94,24 @@ def test_scanning_refuses_layers_that_differ():
     run_config.build_model(_config("baseline_hwfa", True))
 
 
+def _param_dtype_config(data_dir, dtype):
+  config = tiny_config(data_dir=data_dir)
+  config.model.param_dtype = dtype
+  return config
+
+
 def test_bfloat16_parameters_and_optimizer_state_train_like_float32(tmp_path, data_dir,
                                                                     straight_run):
-  losses = {"float32": [m["loss"] for m in read_metrics(straight_run)]}   # tiny_config's own
   for dtype in ("float32", "bfloat16"):
-    config = tiny_config(data_dir=data_dir)
-    config.model.param_dtype = dtype
-    resolved = run_config.resolve(config)
+    resolved = run_config.resolve(_param_dtype_config(data_dir, dtype))
     shapes = jax.eval_shape(lambda: training.init_state(run_config.build_model(resolved),
                                                         make_optimizer(resolved), 0, 32))
     floats = {x.dtype for x in jax.tree.leaves((shapes["params"], shapes["opt_state"]))
               if jnp.issubdtype(x.dtype, jnp.floating)}
     assert floats == {jnp.dtype(dtype)}
-  training.train_and_evaluate(config, tmp_path)
-  losses["bfloat16"] = [m["loss"] for m in read_metrics(tmp_path)]
+  # float32 is tiny_config's own: the session's straight run.
+  training.train_and_evaluate(_param_dtype_config(data_dir, "bfloat16"), tmp_path)
+  losses = {"float32": [m["loss"] for m in read_metrics(straight_run)],
+            "bfloat16": [m["loss"] for m in read_metrics(tmp_path)]}
   assert len(losses["bfloat16"]) == 6
   np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=5e-3)
