@@ -12,6 +12,7 @@ checkpoint intact, with no Orbax thread left waiting.
 
 import asyncio
 import errno
+import functools
 import logging
 import os
 import pathlib
@@ -183,6 +184,7 @@ def _unwritable(error: BaseException):
   return None
 
 
+@functools.cache  # once a process: the backend does not change
 def _whole_arrays_on_the_cpu() -> None:
   """On CPU devices, Orbax saves each replicated array whole from its first replica, as it does on
   GPUs. By default (outside GPUs) it cuts the array into one slice per replica, each written from
