@@ -29,15 +29,22 @@ import pytest  # noqa: E402
 # compilation cache for the run, made by its first process (xdist's controller, or pytest alone),
 # which removes it at exit, and shared by the xdist workers (which inherit the environment and
 # import this file), set before the first compile (JAX decides at its first compile whether a
-# process uses the cache). The processes the tests start use it only where they import this file
-# (the SIGKILL tests' scripts: killed while a checkpoint is saved, after their compiles and cache
-# writes, so no entry is left half written); the CLI subprocesses do not.
+# process uses the cache). The processes the tests start (the CLIs, the SIGKILL tests' scripts)
+# inherit it through JAX's own environment variables: their tiny runs compile what other tests
+# compiled (their children's CPU time 141 -> 131 s over the files that start processes). A
+# process killed while it writes an entry could leave it cut off (JAX writes entries in place);
+# the tests kill only at points after their compiles and cache writes (a checkpoint's save, a
+# result set's renames), or processes that compile nothing, and a cut-off entry would be read as
+# a warning and a compile, not a wrong program.
 _CACHE = os.environ.get("KEYNORM_JAX_TEST_CACHE")
 if _CACHE is None:
   _CACHE = os.environ["KEYNORM_JAX_TEST_CACHE"] = tempfile.mkdtemp(prefix="keynorm_jax_test_cache_")
   atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+_MIN_COMPILE_SECONDS = 0.2   # programs faster to compile than this are not written
+os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(_MIN_COMPILE_SECONDS)
 jax.config.update("jax_compilation_cache_dir", _CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", _MIN_COMPILE_SECONDS)
 
 
 @pytest.fixture(scope="session")
