@@ -77,12 +77,12 @@ def test_every_step_at_the_tiny_size_then_a_second_call_skips_them(tmp_path, dat
 def test_a_step_past_the_deadline_gets_sigterm_and_is_marked_stopped(tmp_path, monkeypatch):
   """A process that saves and exits 75 on SIGTERM (as the study and train.py do) is stopped at the
   deadline, its exit code kept; one that ignores SIGTERM is killed after the grace."""
-  monkeypatch.setattr(session, "GRACE_S", 2)
+  monkeypatch.setattr(session, "GRACE_S", 1)   # the shortest grace _run gives
   polite = (f"{sys.executable} -c \"import signal, sys, time; "
             f"signal.signal(signal.SIGTERM, lambda *_: sys.exit(75)); time.sleep(60)\"")
   stubborn = (f"{sys.executable} -c \"import signal, time; "
               f"signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)\"")
-  codes, stopped = session._run([polite, stubborn], tmp_path / "log", 2)  # pylint: disable=protected-access
+  codes, stopped = session._run([polite, stubborn], tmp_path / "log", 1)  # pylint: disable=protected-access
   assert stopped and codes[0] == 75 and codes[1] == -9   # neither slept its 60 s out
   assert "$ " in (tmp_path / "log").read_text()
 

@@ -122,7 +122,7 @@ def _run(commands, log, seconds):
           os.killpg(proc.pid, signal.SIGTERM)
       for proc in procs:
         try:
-          proc.wait(timeout=max(1.0, GRACE_S - 0))
+          proc.wait(timeout=max(1.0, GRACE_S))
         except subprocess.TimeoutExpired:
           os.killpg(proc.pid, signal.SIGKILL)
           proc.wait()
