@@ -7,6 +7,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 # 8 simulated devices; and three XLA settings that make its CPU compiler faster: the tests' models
 # are tiny, so compiling dominates their time. LLVM's -O0 for the code XLA emits (about 20% faster
 # to compile), and XLA's older elemental emitter for fusions instead of its fusion emitters (about
@@ -23,20 +25,17 @@ for _flag in _FLAGS:
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
-import jax  # noqa: E402  (after the environment is set)
-import pytest  # noqa: E402
-
 # Many tests train the same tiny models, whose jit compiles dominate their time: one persistent
 # compilation cache for the run, made by its first process (xdist's controller, or pytest alone),
 # which removes it at exit, and shared by the xdist workers (which inherit the environment and
-# import this file), set before the first compile (JAX decides at its first compile whether a
-# process uses the cache). The processes the tests start (the CLIs, the SIGKILL tests' scripts)
-# inherit it through JAX's own environment variables: their tiny runs compile what other tests
-# compiled (their children's CPU time 141 -> 131 s over the files that start processes). A
-# process killed while it writes an entry could leave it cut off (JAX writes entries in place);
-# the tests kill only at points after their compiles and cache writes (a checkpoint's save, a
-# result set's renames), or processes that compile nothing, and a cut-off entry would be read as
-# a warning and a compile, not a wrong program.
+# import this file), given through JAX's own environment variables, which JAX reads when it is
+# imported (by the tests, after this file). The processes the tests start (the CLIs, the SIGKILL
+# tests' scripts) inherit them too: their tiny runs compile what other tests compiled (their
+# children's CPU time 141 -> 131 s over the files that start processes). A process killed while it
+# writes an entry could leave it cut off (JAX writes entries in place); the tests kill only at
+# points after their compiles and cache writes (a checkpoint's save, a result set's renames), or
+# processes that compile nothing, and a cut-off entry would be read as a warning and a compile, not
+# a wrong program.
 _CACHE = os.environ.get("KEYNORM_JAX_TEST_CACHE")
 if _CACHE is None:
   _CACHE = os.environ["KEYNORM_JAX_TEST_CACHE"] = tempfile.mkdtemp(prefix="keynorm_jax_test_cache_")
@@ -44,8 +43,6 @@ if _CACHE is None:
 _MIN_COMPILE_SECONDS = 0.2   # programs faster to compile than this are not written
 os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(_MIN_COMPILE_SECONDS)
-jax.config.update("jax_compilation_cache_dir", _CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", _MIN_COMPILE_SECONDS)
 
 
 @pytest.fixture(scope="session")

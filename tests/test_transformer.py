@@ -194,19 +194,21 @@ def _count(cfg):
   return count_params(shapes["params"])
 
 
+def _scanned_count(cfg):
+  """_count on the scanned layout: one layer traced, its parameters stacked num_layers deep (the
+  same total; test_layer_stack ties the scanned model to the loop's)."""
+  return _count(dataclasses.replace(cfg, scan_layers=True))
+
+
 def test_size_presets():
-  # Counted on the scanned layout (one layer traced, its parameters stacked num_layers deep: the
-  # same total, test_layer_stack ties it to the loop's) and checked against the formula, which
-  # reads the preset's num_layers.
-  counts = {size: _count(dataclasses.replace(_preset(size), scan_layers=True))
-            for size in ("tiny", "cpu", "medium", "seed")}
+  presets = {size: _preset(size) for size in ("tiny", "cpu", "medium", "seed")}
+  counts = {size: _scanned_count(cfg) for size, cfg in presets.items()}
   for size, count in counts.items():
-    assert count == _expected_params(_preset(size)), size
+    assert count == _expected_params(presets[size]), size   # reads the preset's num_layers
   for size in ("cpu", "medium"):
     gau_config = run_config.load_config("kna_rope")
     gau_config.model_size = size
-    gau = _count(dataclasses.replace(run_config.model_config(run_config.resolve(gau_config)),
-                                     scan_layers=True))
+    gau = _scanned_count(run_config.model_config(run_config.resolve(gau_config)))
     assert abs(counts[size] / gau - 1) < 0.05, size  # equal cost at these sizes
   # GAU medium by hand: 12 x (d (2e + s) + e d + 4 s) + 2 V d
   assert gau == 12 * (576 * (2 * 1152 + 128) + 1152 * 576 + 4 * 128) + 2 * 257 * 576
