@@ -72,3 +72,16 @@ def test_transposed_is_the_transpose_as_its_own_copy(shape, axes):
   weights = np.random.default_rng(6).normal(size=np.transpose(x, axes).shape).astype(np.float32)
   grad = jax.grad(lambda a: jnp.sum(boundary.transposed(a, axes) * weights))(x)
   np.testing.assert_array_equal(grad, np.transpose(weights, np.argsort(axes) if axes else None))
+
+
+def test_the_boundary_is_a_conditional_in_a_traced_program_and_none_when_eager():
+  """Traced (under jit, grad, make_jaxpr) own_op's work sits in a conditional, the boundary XLA's
+  fusion stops at; called eagerly it is the function itself, on the concrete array: a conditional
+  there would compile anew at each call (new branch functions) and stop no fusion."""
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  seen = []
+  double = lambda a: seen.append(type(a)) or a * 2.0
+  assert "cond[" in str(jax.make_jaxpr(lambda a: boundary.own_op(double, a))(x))
+  assert issubclass(seen.pop(), jax.core.Tracer)
+  np.testing.assert_array_equal(boundary.own_op(double, jnp.asarray(x)), x * 2.0)
+  assert seen == [type(jnp.asarray(x))]
