@@ -200,12 +200,6 @@ def test_a_length_below_the_training_length_is_evaluated(runs, tmp_path):
     EvalRequest(lengths=[64, 0, -5], columns=make_columns(["none"]))
 
 
-def test_cli_without_checkpoints(tmp_path):
-  result = _eval_cli(f"--workdir={tmp_path}")
-  assert result.returncode != 0
-  assert "No trained runs under" in result.stdout + result.stderr
-
-
 def test_another_kernel_gives_the_same_numbers(runs, tmp_path, monkeypatch):
   """--kernel evaluates with another attention kernel than the run's own: the same numbers (here
   `blocked` in blocks of 16, with the CPU's dense layers, against the run's own, the reference

@@ -81,6 +81,8 @@ BAD = [
     ("eval", ["--workdir= "], "--workdir"),                      # a folder named by a space
     ("eval", ["--length=0"], "--length"),
     ("eval", ["--lengths=512,-1"], "--lengths"),
+    ("eval", ["--factor=0", "--rope_scaling=linear"],
+     "--factor must be at least 1 (or left unset for the default, length / train_length), got 0."),
     ("eval", ["--hf_train_length=4096"], "--hf_train_length"),   # without --hf_checkpoint
     ("eval", ["--hf_dtype=bfloat16", "--data_dir=x"], "--hf_dtype, --data_dir"),
     ("eval", ["--hf_checkpoint={file}"], "--workdir"),   # with --output too: nothing reads it
@@ -104,13 +106,16 @@ BAD = [
     ("study", ["--plan=preregistered", "--dtype=bfloat16"], "--dtype"),   # they train in float32
     ("export", ["--workdir={case}/runs"], "--workdir"),           # no run there
 ]
-# Accepted options reach their work: the harness sees training (or, for eval, the missing runs).
+# Accepted options reach their work: the harness sees training (or, for eval, no runs to evaluate:
+# exit 1, where --workdir is missing or, in EMPTY's case, an empty folder).
 GOOD = [
     ("reproduce", ["--variants=kna_rope", "--num_train_steps=2"]),
     ("study", ["--runs=kna_alibi__seed0", "--max_runs=1"]),
     ("study", ["--plan=preregistered", "--group_seeds", "--max_runs=2"]),  # one group of 2
     ("eval", ["--methods=none,yarn", "--beta_fast=16", "--repeat_period=8"]),
+    ("eval", ["--num_windows=1"]),
 ]
+EMPTY = GOOD[-1]
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +131,8 @@ def outcomes(tmp_path_factory):
       cases = [args for c, args, *_ in BAD + GOOD if c == cli]
       argv = [[a.format(case=root / cli / str(i), file=root / "a_file") for a in base + args]
               for i, args in enumerate(cases)]
+      if cli == EMPTY[0]:
+        (root / cli / str(cases.index(EMPTY[1])) / "runs").mkdir(parents=True)
       env = dict(os.environ, JAX_PLATFORMS="cpu")
       result = subprocess.run([sys.executable, "-c", DRIVER, target, json.dumps(argv)], cwd=REPO,
                               capture_output=True, text=True, timeout=300, env=env, check=False)
@@ -159,6 +166,7 @@ def test_bad_input_is_one_line_naming_the_flag_before_any_work(outcomes, cli, ar
 def test_good_input_reaches_its_work(outcomes, cli, args):
   found, case = _case(outcomes, cli, args)
   if cli == "eval":
+    assert found["code"] == 1
     assert found["stderr"].strip().splitlines()[-1].startswith("error: No trained runs under")
   else:
     assert found["trained"], found["stderr"]

@@ -96,9 +96,16 @@ def _eval(straight_run, output, data_dir):
       env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1"))
 
 
+# Both signals at the first moment (where a handler installed late would show: Python's own
+# KeyboardInterrupt, or death by SIGTERM) and at the last; one each between (one handler takes both,
+# and the in-process test above sends both at each of its moments).
+CLI_MOMENTS = [(0.2, signal.SIGINT), (0.2, signal.SIGTERM), (1.0, signal.SIGTERM),
+               (2.5, signal.SIGINT), ("scoring", signal.SIGINT), ("scoring", signal.SIGTERM)]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("moment", [0.2, 1.0, 2.5, "scoring"])
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("moment, sig", CLI_MOMENTS,
+                         ids=[f"{moment}-{sig.name}" for moment, sig in CLI_MOMENTS])
 def test_cli_a_signal_at_any_moment_is_one_line_and_75(straight_run, tmp_path, data_dir,
                                                         moment, sig):
   """SIGINT or SIGTERM into eval.py at several moments: after 0.2, 1 and 2.5 s (the imports, the

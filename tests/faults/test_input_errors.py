@@ -66,11 +66,8 @@ def test_config_file_errors_name_the_file_and_line(tmp_path):
                                              f"config file: invalid syntax.")
 
 
-def test_eval_refuses_factor_zero_and_negative_batch_size(straight_run, tmp_path):
-  code, output = cli("eval.py", f"--workdir={straight_run}", "--factor=0", "--rope_scaling=linear")
-  assert code != 0 and output.strip().splitlines()[-1] == (
-      "error: --factor must be at least 1 (or left unset for the default, length / "
-      "train_length), got 0.")
+def test_eval_refuses_factor_zero_and_negative_batch_size():
+  """In-process (the command line's `--factor=0`: test_cli_input's table)."""
   with pytest.raises(ValueError, match="factor must be >= 1"):
     make_columns(["linear"], factor=0.0)
   with pytest.raises(ValueError, match=r"--batch_size must be at least 1 \(or 0 to size"):
