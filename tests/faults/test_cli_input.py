@@ -162,7 +162,7 @@ def test_bad_input_is_one_line_naming_the_flag_before_any_work(outcomes, cli, ar
   assert not (case / "results").exists()              # the study's records folder (--results)
 
 
-@pytest.mark.parametrize("cli, args", GOOD, ids=[c for c, _ in GOOD])
+@pytest.mark.parametrize("cli, args", GOOD, ids=[f"{c} {' '.join(a)}" for c, a in GOOD])
 def test_good_input_reaches_its_work(outcomes, cli, args):
   found, case = _case(outcomes, cli, args)
   if cli == "eval":
