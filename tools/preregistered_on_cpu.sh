@@ -3,7 +3,8 @@
 # pinned commit, in a git worktree that changes on main do not reach; single runs, one at a time,
 # in pair order (Baseline seed 3, KNA seed 3, Baseline seed 4, ...); each record copied into this
 # checkout's results/field/ as it lands, to be committed at once. Run it again in a later session:
-# recorded runs are skipped and a stopped run resumes from its checkpoint (same --runs_dir).
+# recorded runs (in this checkout's results/field/ or under PREREG_ROOT) are skipped, and a stopped
+# run resumes from its checkpoint (same --runs_dir).
 #
 #   PREREG_ROOT=/work/prereg bash tools/preregistered_on_cpu.sh     # in the background, nohup
 #
@@ -27,6 +28,9 @@ for seed in 3 4 5 6 7 8 9 10; do
   for config in baseline_rope kna_rope; do
     key=${config}__${layout}__seed${seed}
     while [ -e "$root/PAUSE" ]; do sleep 30; done
+    if [ -e "$repo/results/field/$key.json" ]; then
+      continue  # recorded and committed (the run folders of an earlier session may be gone)
+    fi
     if [ -e "$root/field/$key.json" ]; then
       cp -n "$root/field/$key.json" "$repo/results/field/"
       continue
