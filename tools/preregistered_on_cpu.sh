@@ -27,14 +27,12 @@ layout=gau_qk-separate__gau_heads-4__copy50__retrieval50
 for seed in 3 4 5 6 7 8 9 10; do
   for config in baseline_rope kna_rope; do
     key=${config}__${layout}__seed${seed}
-    while [ -e "$root/PAUSE" ]; do sleep 30; done
-    if [ -e "$repo/results/field/$key.json" ]; then
-      continue  # recorded and committed (the run folders of an earlier session may be gone)
-    fi
     if [ -e "$root/field/$key.json" ]; then
       cp -n "$root/field/$key.json" "$repo/results/field/"
-      continue
     fi
+    # Recorded: skipped (the run folders of an earlier session may be gone, the record is here).
+    if [ -e "$repo/results/field/$key.json" ]; then continue; fi
+    while [ -e "$root/PAUSE" ]; do sleep 30; done
     echo "$(date -u +%FT%TZ) start $key" >> "$root/drive.log"
     # Through keep_freed_memory.sh (from Baseline seed 7 on): faster steps on the CPU, the
     # same numbers (the allocator's setting changes no computation; BENCHMARKS.md).
