@@ -3,8 +3,9 @@
   attention  baseline, qna, kna, cosa; qknorm (baseline with RMSNorm-gain QK-norm), qkln (with
              LayerNorm QK-norm), ssmax (baseline with SSMax), stickbreaking (no softmax)
   _logn      the trained log n factor (baseline, qna, kna, cosa only)
-  position   a training-time position method: rope, nope, alibi, sinusoidal, learned, xpos,
-             kerple_log, fire, randomized_rope, p_rope, hwfa
+  position   a training-time position method (keynorm_jax.positions.TRAINING_METHODS): rope,
+             nope, alibi, sinusoidal, learned, xpos, kerple_log, fire, randomized_rope, p_rope,
+             hwfa, rnope_swa, scale_invariant, drope, cope, fox, path, path_fox
 e.g. kna_rope, baseline_alibi, cosa_logn_rope, qkln_rope, transformer_kna_rope. `python train.py
 --config=NAME` takes these names; `get_config("kna_rope")` returns one.
 """

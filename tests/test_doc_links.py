@@ -48,3 +48,45 @@ def test_a_dangling_link_is_found(tmp_path):
   (tmp_path / "venv" / "pyvenv.cfg").write_text("")
   (tmp_path / "venv" / "package.md").write_text("[x](missing.md)")
   assert sorted(p.name for p in project_pages(tmp_path)) == ["here.md", "page.md"]
+
+
+LAYOUT_FOLDERS = ("keynorm_jax", "configs", "benchmarks", "tools")
+
+
+def unnamed_in_layout(root: pathlib.Path, layout: str) -> list[str]:
+  """The code files under LAYOUT_FOLDERS (not __init__.py, __main__.py) that docs/layout.md's table
+  does not name: a row naming the whole path, or the row whose first cell names the file's folder
+  (keynorm_jax/<package>/, or the top folder) naming the file, by its name or its path below the
+  top folder."""
+  rows = [line.split("|")[1:3] for line in layout.splitlines() if line.startswith("| `")]
+  missing = []
+  for top in LAYOUT_FOLDERS:
+    for path in sorted((root / top).rglob("*")):
+      if path.suffix not in (".py", ".sh") or path.name in ("__init__.py", "__main__.py"):
+        continue
+      parts = path.relative_to(root).parts
+      folder = "/".join(parts[:2 if top == "keynorm_jax" and len(parts) > 2 else 1]) + "/"
+      file = "/".join(parts)
+      names = (f"`{path.name}`", f"`{'/'.join(parts[1:])}`", f"`{file}`")
+      named = [what for first, what in rows if f"`{file}`" in first + what
+               or (f"`{folder}`" in first and any(n in what for n in names))]
+      if not named:
+        missing.append(file)
+  return missing
+
+
+def test_docs_layout_names_every_code_file():
+  missing = unnamed_in_layout(ROOT, (ROOT / "docs" / "layout.md").read_text())
+  assert not missing, ("docs/layout.md's table does not name these files; add each to its "
+                       "folder's row:\n" + "\n".join(missing))
+
+
+def test_a_file_layout_does_not_name_is_found(tmp_path):
+  for name in ("keynorm_jax/study/plan.py", "keynorm_jax/study/new.py", "keynorm_jax/rope.py",
+               "keynorm_jax/study/__init__.py", "tools/run.sh", "tools/more/x.py",
+               "tools/more/y.py"):
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_text("")
+  layout = ("| `keynorm_jax/study/` | `plan.py` (the plan) |\n| `keynorm_jax/rope.py` | RoPE |\n"
+            "| `tools/` | `run.sh`, `more/x.py`: things |\n")
+  assert unnamed_in_layout(tmp_path, layout) == ["keynorm_jax/study/new.py", "tools/more/y.py"]
