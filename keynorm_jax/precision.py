@@ -8,9 +8,10 @@ XLA: cpu/features.py, BENCHMARKS.md "bfloat16 on the CPU"), and the form GPUs an
 bfloat16 product anyway, so every backend takes this one code path. Softmax, norms, the loss, the
 optimizer and the parameters stay float32.
 
-A product's result is its float32 sum. The caller rounds it to the compute dtype where the next
-product reads it (a dense layer's output) and keeps it in float32 where a softmax or the loss
-follows (the scores, the logits, attention's output before its cast).
+A product's result is its float32 sum. The caller keeps it in the model's activation dtype where
+other layers read it (a dense layer's output; ModelConfig.activation_dtype: the compute dtype, but
+float32 on the CPU seam) and in float32 where a softmax or the loss follows (the scores, the
+logits, attention's output before its cast); a product rounds its inputs to the compute dtype.
 
 Backward: a product with a float32 result gets a float32 cotangent, and autodiff would feed it to
 the backward products as it is (float32 x bfloat16, computed in float32). So `einsum` has a custom

@@ -23,6 +23,7 @@ import collections
 import dataclasses
 import functools
 import logging
+import re
 
 import jax
 import jax.numpy as jnp
@@ -94,6 +95,13 @@ def _assert_close_gradients(got, want, min_cosine=MIN_COSINE, rtol=GRADIENT_RTOL
   assert _relative(got, want) < rtol, _relative(got, want)
 
 
+def _subjaxprs(eqn):
+  """The jaxprs inside an equation (conditionals, loops, custom rules)."""
+  return [getattr(v, "jaxpr", v) for value in eqn.params.values()
+          for v in (value if isinstance(value, (tuple, list)) else (value,))
+          if hasattr(getattr(v, "jaxpr", v), "eqns")]
+
+
 def dot_generals(jaxpr) -> list:
   """Every dot_general of a jaxpr and the jaxprs inside it (conditionals, loops, custom rules):
   [((input dtypes), output dtype, preferred_element_type)]."""
@@ -102,11 +110,8 @@ def dot_generals(jaxpr) -> list:
     if eqn.primitive.name == "dot_general":
       found.append((tuple(str(v.aval.dtype) for v in eqn.invars), str(eqn.outvars[0].aval.dtype),
                     str(eqn.params.get("preferred_element_type"))))
-    for value in eqn.params.values():
-      for inner in value if isinstance(value, (tuple, list)) else (value,):
-        inner = getattr(inner, "jaxpr", inner)
-        if hasattr(inner, "eqns"):
-          found += dot_generals(inner)
+    for inner in _subjaxprs(eqn):
+      found += dot_generals(inner)
   return found
 
 
@@ -122,6 +127,55 @@ def test_every_product_of_a_bfloat16_step_takes_bfloat16_and_sums_in_float32(nam
   found = collections.Counter(dot_generals(traced.jaxpr))
   assert found and set(found) == {(("bfloat16", "bfloat16"), "float32", "float32")}, found
   assert {str(v.aval.dtype) for v in traced.jaxpr.outvars} == {"float32"}
+
+
+# What may give a bfloat16 result on the CPU seam: rounding and moving values, no arithmetic.
+MOVES = {"convert_element_type", "reshape", "transpose", "broadcast_in_dim", "slice", "squeeze",
+         "concatenate", "pad", "dynamic_slice", "dynamic_update_slice", "copy", "copy_p",
+         "select_n", "split"}
+
+
+def bfloat16_arithmetic(jaxpr) -> collections.Counter:
+  """The primitives of a jaxpr (and those inside it) other than MOVES with a bfloat16 result."""
+  found = collections.Counter()
+  for eqn in jaxpr.eqns:
+    inner = _subjaxprs(eqn)
+    for sub in inner:
+      found += bfloat16_arithmetic(sub)
+    if not inner and eqn.primitive.name not in MOVES and any(
+        v.aval.dtype == jnp.bfloat16 for v in eqn.outvars):
+      found[eqn.primitive.name] += 1
+  return found
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_on_the_cpu_seam_a_bfloat16_step_does_its_elementwise_work_in_float32(name):
+  """ModelConfig.activation_dtype: on the CPU seam the arrays between the products are float32 (XLA's
+  CPU backend computes bfloat16 arithmetic in float32 and rounds each result back, outside
+  YNNPACK); the products alone read bfloat16. Elsewhere (the reference kernel here, as on the
+  accelerators) the activations are bfloat16: the check finds their arithmetic there."""
+  shapes = lambda *a: jax.eval_shape(functools.partial(init_params, *a))
+  found = {}
+  for kernel in ("cpu", "reference"):
+    loss, params = _loss_fn(name, kernel, "bfloat16", init=shapes)
+    found[kernel] = bfloat16_arithmetic(jax.make_jaxpr(jax.value_and_grad(loss))(params).jaxpr)
+  assert not found["cpu"], found["cpu"]
+  assert found["reference"]["mul"] > 0, found["reference"]   # the check sees bfloat16 work
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_the_compiled_bfloat16_step_on_the_cpu_seam_reads_bfloat16_in_every_dot(name):
+  """What XLA compiles, not only what is traced: every dot of the compiled loss and gradient reads
+  bfloat16 operands. The dense layers' weight gradient read x^T from a conditional whose result
+  layout assignment left column-major; XLA then ran that dot in float32, its operands converted
+  (17 of the cpu GAU step's 147 products; cpu/boundary.py's `transposed` now returns a row-major
+  array)."""
+  loss, params = _loss_fn(name, "cpu", "bfloat16")
+  hlo = jax.jit(jax.value_and_grad(loss)).lower(params).compile().as_text()
+  dtypes = dict(re.findall(r"%([\w.\-]+) = (\w+)\[", hlo))
+  dots = re.findall(r"= (\w+)\[[^\n]*? dot\(%([\w.\-]+), %([\w.\-]+)\)", hlo)
+  found = collections.Counter((dtypes[a], dtypes[b], result) for result, a, b in dots)
+  assert found and set(found) == {("bf16", "bf16", "f32")}, found
 
 
 @pytest.mark.parametrize("kernel", CPU_KERNELS)

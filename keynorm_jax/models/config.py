@@ -9,6 +9,7 @@ import functools
 import math
 
 import jax
+import jax.numpy as jnp
 
 from keynorm_jax import positions
 
@@ -245,6 +246,16 @@ class ModelConfig:
     or None when model.rope_scaling.type is none."""
     scaling = {**positions.rope_scaling_defaults(), **dict(self.rope_scaling)}
     return None if scaling["type"] == "none" else scaling
+
+  @property
+  def activation_dtype(self):
+    """The dtype of the arrays between the products (a dense layer's result, the residual stream,
+    the gates, q, k and v before attention's products): the compute dtype, but float32 on the CPU
+    seam (cpu_ops). XLA's CPU backend has no bfloat16 arithmetic: each elementwise op on bfloat16
+    arrays runs in float32 and is rounded back, in fusions it keeps out of YNNPACK, which cost the
+    GAU's bfloat16 step about 13% (BENCHMARKS.md, "bfloat16 on the CPU"). Every product still takes
+    its inputs in the compute dtype: it rounds them where it reads them (keynorm_jax/precision.py)."""
+    return jnp.float32 if self.cpu_ops else jnp.dtype(self.compute_dtype)
 
   @property
   def heads(self) -> int:

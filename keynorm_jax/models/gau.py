@@ -32,16 +32,17 @@ class SplitDense(nn.Module):
   (At 65,536 tokens the GAU's h before and after swish, 288 MiB each, were alive at once with its
   slices: a third of evaluation's peak memory.)"""
   features: tuple
-  dtype: str = "float32"
-  cpu_ops: bool = False
+  config: ModelConfig
 
   @nn.compact
   def __call__(self, x):
     kernel = self.param("kernel", nn.initializers.lecun_normal(),
                         (x.shape[-1], sum(self.features)))
-    x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+    dtype = jnp.dtype(self.config.compute_dtype)
     splits = [sum(self.features[:i + 1]) for i in range(len(self.features) - 1)]
-    return [matmul(x, w, self.cpu_ops) for w in jnp.split(kernel, splits, axis=-1)]
+    # x rounded once per product (one op to XLA): x's gradient then sums the products' in x's dtype
+    return [matmul(x.astype(dtype), w, self.config.cpu_ops, self.config.activation_dtype)
+            for w in jnp.split(kernel.astype(dtype), splits, axis=-1)]
 
 
 class GAULayer(nn.Module):
@@ -69,9 +70,7 @@ class GAULayer(nn.Module):
   def unit(self, x, positions_BxT, deterministic: bool, given=None):
     """f(x): the gated attention unit, after dropout."""
     cfg = self.config
-    dtype = jnp.dtype(cfg.compute_dtype)
-    u, v, z_q, *z_k = (nn.swish(part) for part in SplitDense(
-        cfg.gau_parts, dtype=dtype, cpu_ops=cfg.cpu_ops, name="wi")(x))
+    u, v, z_q, *z_k = (nn.swish(part) for part in SplitDense(cfg.gau_parts, cfg, name="wi")(x))
     z_k = z_k[0] if z_k else z_q   # gau_qk=separate: k has its own z
     q, k = ScaleOffset(name="q_scale_offset")(z_q), ScaleOffset(name="k_scale_offset")(z_k)
     heads = lambda a: a.reshape(*a.shape[:2], cfg.heads, -1)   # [B, T, H, size / H]
@@ -80,7 +79,7 @@ class GAULayer(nn.Module):
       q, k = norm_layer(cfg.qk_norm, "q_norm")(q), norm_layer(cfg.qk_norm, "k_norm")(k)
     out = PositionalAttention(cfg, self.spec, name="attention")(q, k, v, positions_BxT, x, given)
     out = out.reshape(*out.shape[:2], -1)
-    out = linear(x.shape[-1], dtype, "wo", cfg.cpu_ops)(u * out)
+    out = linear(x.shape[-1], cfg, "wo")(u * out)
     return nn.Dropout(cfg.dropout)(out, deterministic=deterministic)
 
 

@@ -44,8 +44,7 @@ class MLP(nn.Module):
   @nn.compact
   def __call__(self, x):
     cfg = self.config
-    dense = lambda features, name: linear(features, jnp.dtype(cfg.compute_dtype), name,
-                                          cfg.cpu_ops)
+    dense = lambda features, name: linear(features, cfg, name)
     width = cfg.resolved_mlp_size
     if cfg.mlp == "swiglu":
       hidden = nn.silu(dense(width, "gate")(x)) * dense(width, "up")(x)

@@ -2,13 +2,15 @@
 (ModelConfig.cpu_ops), else the plain einsum. A static choice: the same function either way.
 
 x and W enter the product in the compute dtype and it sums in float32 (keynorm_jax/precision.py);
-its result is rounded to `out_dtype`: the compute dtype for a layer whose output the next layers
-read, float32 for the head (the loss follows)."""
+its result is rounded to `out_dtype`: the model's activation dtype for a layer whose output the
+next layers read (ModelConfig.activation_dtype: float32 on the CPU seam), float32 for the head
+(the loss follows)."""
 
 import functools
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from keynorm_jax.cpu.dense import dense_matmul, reference_matmul
 
@@ -34,10 +36,10 @@ def _dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_
   return matmul(lhs, rhs, cpu_ops, out_dtype)
 
 
-def linear(features: int, dtype, name: str, cpu_ops: bool, bias: bool = False,
-           out_dtype=None) -> nn.Module:
-  """nn.Dense(features), without bias unless `bias`, its inputs in `dtype` (the compute dtype) and
-  its products through `matmul`, the result in out_dtype (default: `dtype`)."""
-  return nn.Dense(features, use_bias=bias, dtype=dtype, name=name,
-                  dot_general=functools.partial(_dot_general, cpu_ops=cpu_ops,
-                                                out_dtype=out_dtype))
+def linear(features: int, cfg, name: str, bias: bool = False, out_dtype=None) -> nn.Module:
+  """nn.Dense(features) of the model `cfg` (a ModelConfig), without bias unless `bias`: its inputs
+  in the compute dtype, its products through `matmul` (the CPU seam's with cfg.cpu_ops), the
+  result in out_dtype (default: cfg.activation_dtype)."""
+  return nn.Dense(features, use_bias=bias, dtype=jnp.dtype(cfg.compute_dtype), name=name,
+                  dot_general=functools.partial(_dot_general, cpu_ops=cfg.cpu_ops,
+                                                out_dtype=out_dtype or cfg.activation_dtype))

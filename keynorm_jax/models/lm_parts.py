@@ -46,11 +46,10 @@ class Embedder(nn.Module):
     self.absolute = (ABSOLUTE_POSITIONS[absolute](cfg.train_length, name="positions")
                      if absolute else None)
     if not cfg.tie_embeddings:
-      self.head = linear(cfg.vocab_size, jnp.dtype(cfg.compute_dtype), "head", cfg.cpu_ops,
-                         out_dtype=jnp.float32)
+      self.head = linear(cfg.vocab_size, cfg, "head", out_dtype=jnp.float32)
 
   def __call__(self, tokens_BxT, positions_BxT):
-    x = self.embed(tokens_BxT).astype(jnp.dtype(self.config.compute_dtype))
+    x = self.embed(tokens_BxT).astype(self.config.activation_dtype)
     if self.absolute is not None:
       x = self.absolute(x, positions_BxT)
     return x

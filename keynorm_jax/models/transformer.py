@@ -39,8 +39,7 @@ class TransformerBlock(nn.Module):
   @nn.compact
   def __call__(self, x, positions_BxT, deterministic: bool, given=None):
     cfg = self.config
-    dense = lambda features, name, bias=False: linear(features, jnp.dtype(cfg.compute_dtype), name,
-                                                      cfg.cpu_ops, bias)
+    dense = lambda features, name, bias=False: linear(features, cfg, name, bias)
     batch, length, _ = x.shape
     heads, kv_heads, size = cfg.heads, cfg.kv_heads, cfg.head_size
     h = block_norm(cfg, "attention_norm")(x)
