@@ -41,7 +41,7 @@ def transposed(x, axes=None):
   The conditional returns it flattened: returned as it is, XLA's layout assignment gave the
   conditional's result a column-major layout (the transpose then a free relabelling of x's
   layout) and copied it to row-major outside, where the consumer's dot is decided, and in bfloat16
-  that dot was refused to YNNPACK and run in float32 (benchmarks/PROFILE_NOTES.md, round 5). A
+  that dot was refused to YNNPACK and run in float32 (benchmarks/PROFILE_NOTES.md, round 6). A
   flat array has one layout, so the copy happens here and the consumer reads a row-major array."""
   shape = tuple(x.shape[i] for i in (range(x.ndim)[::-1] if axes is None else axes))
   return own_op(lambda a: jnp.transpose(a, axes).reshape(-1), x).reshape(shape)
