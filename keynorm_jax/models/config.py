@@ -254,8 +254,8 @@ class ModelConfig:
     seam (cpu_ops). XLA's CPU backend has no bfloat16 arithmetic: each elementwise op on bfloat16
     arrays runs in float32 and is rounded back, in fusions it keeps out of YNNPACK (the GAU's
     bfloat16 step took 0.344 s with them, 0.28-0.30 s without: benchmarks/PROFILE_NOTES.md, round
-    6). Every product still takes
-    its inputs in the compute dtype: it rounds them where it reads them (keynorm_jax/precision.py)."""
+    6). Every product still takes its inputs in the compute dtype: it rounds them where it reads
+    them (keynorm_jax/precision.py)."""
     return jnp.float32 if self.cpu_ops else jnp.dtype(self.compute_dtype)
 
   @property
