@@ -148,8 +148,17 @@ def bfloat16_arithmetic(jaxpr) -> collections.Counter:
   return found
 
 
-@pytest.mark.parametrize("name", ARCHITECTURES)
-def test_on_the_cpu_seam_a_bfloat16_step_does_its_elementwise_work_in_float32(name):
+# The two architectures, and the parts that read activations besides the dense layers: the GAU's
+# MLP, the Transformer's output gate, q/k/v biases, tied head, and FoX's forget gates.
+ELEMENTWISE_CASES = [("kna_rope", {}), ("transformer_kna_rope", {}), ("kna_rope", {"gau_mlp": True}),
+                     ("transformer_kna_rope", {"output_gate": True, "qkv_bias": True,
+                                               "tie_embeddings": True}),
+                     ("transformer_kna_fox", {})]
+
+
+@pytest.mark.parametrize("name, fields", ELEMENTWISE_CASES,
+                         ids=[f"{n}-{'-'.join(f) or 'plain'}" for n, f in ELEMENTWISE_CASES])
+def test_on_the_cpu_seam_a_bfloat16_step_does_its_elementwise_work_in_float32(name, fields):
   """ModelConfig.activation_dtype: on the CPU seam the arrays between the products are float32 (XLA's
   CPU backend computes bfloat16 arithmetic in float32 and rounds each result back, outside
   YNNPACK); the products alone read bfloat16. Elsewhere (the reference kernel here, as on the
@@ -157,7 +166,7 @@ def test_on_the_cpu_seam_a_bfloat16_step_does_its_elementwise_work_in_float32(na
   shapes = lambda *a: jax.eval_shape(functools.partial(init_params, *a))
   found = {}
   for kernel in ("cpu", "reference"):
-    loss, params = _loss_fn(name, kernel, "bfloat16", init=shapes)
+    loss, params = _loss_fn(name, kernel, "bfloat16", init=shapes, **fields)
     found[kernel] = bfloat16_arithmetic(jax.make_jaxpr(jax.value_and_grad(loss))(params).jaxpr)
   assert not found["cpu"], found["cpu"]
   assert found["reference"]["mul"] > 0, found["reference"]   # the check sees bfloat16 work
@@ -169,7 +178,8 @@ def test_the_compiled_bfloat16_step_on_the_cpu_seam_reads_bfloat16_in_every_dot(
   bfloat16 operands. The dense layers' weight gradient read x^T from a conditional whose result
   layout assignment left column-major; XLA then ran that dot in float32, its operands converted
   (17 of the cpu GAU step's 147 products; cpu/boundary.py's `transposed` now returns a row-major
-  array)."""
+  array). XLA decides whether YNNPACK takes a dot from its dtypes, shapes and layouts
+  (ynn_support.cc reads no processor flag), so the check is meant to hold on any x86 CPU."""
   loss, params = _loss_fn(name, "cpu", "bfloat16")
   hlo = jax.jit(jax.value_and_grad(loss)).lower(params).compile().as_text()
   dtypes = dict(re.findall(r"%([\w.\-]+) = (\w+)\[", hlo))

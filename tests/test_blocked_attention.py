@@ -185,9 +185,10 @@ def test_model_logits_and_diagnostics_equal_full(tiny_run, monkeypatch):
 def test_gau_split_projection_is_one_dense():
   # The GAU computes u, v, z as three products (memory); parameters and numbers are nn.Dense's.
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  from keynorm_jax.models import ModelConfig  # pylint: disable=g-import-not-at-top
   from keynorm_jax.models.gau import SplitDense  # pylint: disable=g-import-not-at-top
   x = np.random.default_rng(0).normal(size=(2, 5, 12)).astype(np.float32)
-  split, dense = SplitDense((7, 7, 3)), nn.Dense(17, use_bias=False)
+  split, dense = SplitDense((7, 7, 3), ModelConfig()), nn.Dense(17, use_bias=False)
   params = split.init(jax.random.PRNGKey(1), x)
   expected_params = dense.init(jax.random.PRNGKey(1), x)
   np.testing.assert_array_equal(params["params"]["kernel"], expected_params["params"]["kernel"])

@@ -255,8 +255,9 @@ class ModelConfig:
     arrays runs in float32 and is rounded back, in fusions it keeps out of YNNPACK (the GAU's
     bfloat16 step took 0.344 s with them, 0.28-0.30 s without: benchmarks/PROFILE_NOTES.md, round
     6). Every product still takes its inputs in the compute dtype: it rounds them where it reads
-    them (keynorm_jax/precision.py)."""
-    return jnp.float32 if self.cpu_ops else jnp.dtype(self.compute_dtype)
+    them (keynorm_jax/precision.py). One exception: attention's output comes back from the kernels
+    in the compute dtype (v's), rounded once, and is read in float32 from there."""
+    return jnp.dtype(jnp.float32 if self.cpu_ops else self.compute_dtype)
 
   @property
   def heads(self) -> int:

@@ -14,7 +14,6 @@ the token embedding by the Embedder.
 """
 
 import flax.linen as nn
-import jax.numpy as jnp
 
 from keynorm_jax import positions
 from keynorm_jax.models.attention_block import PositionalAttention

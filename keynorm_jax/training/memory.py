@@ -32,7 +32,7 @@ def member_bytes(model_cfg, state_shapes, *, batch_size: int, train_length: int)
                   + 3 * model_cfg.heads * train_length)
   tokens = batch_size * train_length
   activations = (model_cfg.num_layers * tokens * layer_floats
-                 * jnp.dtype(model_cfg.compute_dtype).itemsize
+                 * jnp.dtype(model_cfg.activation_dtype).itemsize
                  + 2 * tokens * model_cfg.vocab_size * 4)          # float32 logits, and their grad
   return _bytes(state_shapes) + _bytes(state_shapes["params"]) + activations
 
