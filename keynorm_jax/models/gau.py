@@ -40,7 +40,8 @@ class SplitDense(nn.Module):
                         (x.shape[-1], sum(self.features)))
     dtype = jnp.dtype(self.config.compute_dtype)
     splits = [sum(self.features[:i + 1]) for i in range(len(self.features) - 1)]
-    # x rounded once per product (one op to XLA): x's gradient then sums the products' in x's dtype
+    # x rounded for each product (XLA merges the identical converts), so that x's gradient sums
+    # the products' cotangents in x's dtype (float32 on the CPU seam), not in the compute dtype
     return [matmul(x.astype(dtype), w, self.config.cpu_ops, self.config.activation_dtype)
             for w in jnp.split(kernel.astype(dtype), splits, axis=-1)]
 
