@@ -67,7 +67,7 @@ def unnamed_in_layout(root: pathlib.Path, layout: str) -> list[str]:
       parts = path.relative_to(root).parts
       folder = "/".join(parts[:2 if top == "keynorm_jax" and len(parts) > 2 else 1]) + "/"
       file = "/".join(parts)
-      names = (f"`{path.name}`", f"`{'/'.join(parts[1:])}`", f"`{file}`")
+      names = (f"`{path.name}`", f"`{'/'.join(parts[1:])}`")
       named = [what for first, what in rows if f"`{file}`" in first + what
                or (f"`{folder}`" in first and any(n in what for n in names))]
       if not named:

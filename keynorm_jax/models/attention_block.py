@@ -95,7 +95,7 @@ class PositionalAttention(nn.Module):
     # The kernels take the products' input dtype from v's (and return the output in it): the
     # compute dtype; q and k enter as they are (float32 on the CPU seam: ModelConfig.
     # activation_dtype), rounded where the products read them.
-    v = v.astype(jnp.dtype(cfg.compute_dtype))
+    v = v.astype(cfg.product_dtype)
     spec = attention_spec(cfg, self.spec, q.shape[1]) if given is None else given
     learned = attention.Learned(**{name: build(cfg, self.spec, q.shape[-1], x)
                                    for name, build in LEARNED.items()})

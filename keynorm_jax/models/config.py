@@ -248,6 +248,12 @@ class ModelConfig:
     return None if scaling["type"] == "none" else scaling
 
   @property
+  def product_dtype(self):
+    """model.compute_dtype as a dtype: what every large product takes its inputs in
+    (keynorm_jax/precision.py)."""
+    return jnp.dtype(self.compute_dtype)
+
+  @property
   def activation_dtype(self):
     """The dtype of the arrays between the products (a dense layer's result, the residual stream,
     the gates, q, k and v before attention's products): the compute dtype, but float32 on the CPU
@@ -257,7 +263,7 @@ class ModelConfig:
     6). Every product still takes its inputs in the compute dtype: it rounds them where it reads
     them (keynorm_jax/precision.py). One exception: attention's output comes back from the kernels
     in the compute dtype (v's), rounded once, and is read in float32 from there."""
-    return jnp.dtype(jnp.float32 if self.cpu_ops else self.compute_dtype)
+    return jnp.dtype(jnp.float32) if self.cpu_ops else self.product_dtype
 
   @property
   def heads(self) -> int:

@@ -38,7 +38,7 @@ class SplitDense(nn.Module):
   def __call__(self, x):
     kernel = self.param("kernel", nn.initializers.lecun_normal(),
                         (x.shape[-1], sum(self.features)))
-    dtype = jnp.dtype(self.config.compute_dtype)
+    dtype = self.config.product_dtype
     splits = [sum(self.features[:i + 1]) for i in range(len(self.features) - 1)]
     # x rounded for each product (XLA merges the identical converts), so that x's gradient sums
     # the products' cotangents in x's dtype (float32 on the CPU seam), not in the compute dtype

@@ -10,7 +10,6 @@ import functools
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from keynorm_jax.cpu.dense import dense_matmul, reference_matmul
 
@@ -40,6 +39,6 @@ def linear(features: int, cfg, name: str, bias: bool = False, out_dtype=None) ->
   """nn.Dense(features) of the model `cfg` (a ModelConfig), without bias unless `bias`: its inputs
   in the compute dtype, its products through `matmul` (the CPU seam's with cfg.cpu_ops), the
   result in out_dtype (default: cfg.activation_dtype)."""
-  return nn.Dense(features, use_bias=bias, dtype=jnp.dtype(cfg.compute_dtype), name=name,
+  return nn.Dense(features, use_bias=bias, dtype=cfg.product_dtype, name=name,
                   dot_general=functools.partial(_dot_general, cpu_ops=cfg.cpu_ops,
                                                 out_dtype=out_dtype or cfg.activation_dtype))

@@ -56,8 +56,7 @@ class Embedder(nn.Module):
 
   def logits(self, x):
     if self.config.tie_embeddings:
-      return precision.einsum("...d,vd->...v", x, self.embed.embedding,
-                              jnp.dtype(self.config.compute_dtype))
+      return precision.einsum("...d,vd->...v", x, self.embed.embedding, self.config.product_dtype)
     return self.head(x)
 
 
