@@ -12,6 +12,7 @@ import pytest
 
 from keynorm_jax import run_config
 from keynorm_jax.cpu import boundary, products
+from keynorm_jax.cpu.dense import dense_matmul
 from keynorm_jax.models import init_params
 from train_helpers import tiny_config
 
@@ -34,14 +35,57 @@ def test_products_match_einsum_values_and_gradients(heads, width):
     return lambda p, v, q: (jnp.sum(jnp.sin(probs_times_values(p, v)))
                             + jnp.sum(jnp.sin(scores(q, v))))
 
-  fast = loss(products.probs_times_values, products.query_key_scores)
+  f32 = jnp.float32
+  fast = loss(lambda p, v: products.probs_times_values(p, v, f32),
+              lambda q, k: products.query_key_scores(q, k, f32))
   reference = loss(products.einsum_probs_times_values, products.einsum_scores)
   _close(jax.jit(jax.grad(fast, (0, 1, 2)))(probs, values, q),
          jax.grad(reference, (0, 1, 2))(probs, values, q))
-  _close(products.probs_times_values(probs, values),
+  _close(products.probs_times_values(probs, values, f32),
          np.einsum("bhqk,bkhe->bqhe", probs, values), rtol=1e-5, atol=1e-5)
-  _close(products.query_key_scores(q, values), np.einsum("bqhs,bkhs->bhqk", q, values),
+  _close(products.query_key_scores(q, values, f32), np.einsum("bqhs,bkhs->bhqk", q, values),
          rtol=1e-5, atol=1e-5)
+
+
+def _bf16(x):
+  """x rounded to bfloat16 (round to nearest even), back in float32: numpy's own rounding."""
+  bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+  bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+  return bits.astype(np.uint32).view(np.float32)
+
+
+# (product, a's shape, b's shape, einsum of a . b, of g . b -> da, of a . g -> db)
+ROUNDING_PRODUCTS = {
+    "probs_times_values": (products.probs_times_values, (1, 1, 5, 6), (1, 6, 1, 4),
+                           "bhqk,bkhe->bqhe", "bqhe,bkhe->bhqk", "bhqk,bqhe->bkhe"),
+    "query_key_scores": (products.query_key_scores, (1, 5, 2, 4), (1, 6, 2, 4),
+                         "bqhs,bkhs->bhqk", "bhqk,bkhs->bqhs", "bqhs,bhqk->bkhs"),
+    "dense_matmul": (dense_matmul, (2, 5, 4), (4, 3), "bnd,df->bnf", "bnf,df->bnd",
+                     "bnd,bnf->df"),
+}
+
+
+@pytest.mark.parametrize("name", ROUNDING_PRODUCTS)
+def test_bfloat16_products_round_inside_and_return_float32_gradients(name):
+  """With dtype bfloat16 and float32 inputs, each CPU product rounds its inputs and the cotangent
+  to bfloat16, sums in float32 and returns float32 gradients, not rounded to bfloat16: what lets
+  the `cpu` kernel's query blocks add their gradients of one key or value in float32, and the
+  weights' gradients reach the optimizer unrounded. Against numpy: the same roundings (numpy's
+  own round-to-nearest-even), float64 sums."""
+  product, a_shape, b_shape, forward, grad_a_spec, grad_b_spec = ROUNDING_PRODUCTS[name]
+  rng = np.random.default_rng(3)
+  a, b = (rng.normal(size=shape).astype(np.float32) for shape in (a_shape, b_shape))
+  out, vjp = jax.vjp(lambda x, y: product(x, y, jnp.bfloat16), a, b)
+  g = rng.normal(size=out.shape).astype(np.float32)
+  grad_a, grad_b = vjp(jnp.asarray(g))
+  assert out.dtype == grad_a.dtype == grad_b.dtype == jnp.float32
+  a64, b64, g64 = (_bf16(x).astype(np.float64) for x in (a, b, g))
+  close = lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+  close(out, np.einsum(forward, a64, b64))
+  close(grad_a, np.einsum(grad_a_spec, g64, b64))
+  close(grad_b, np.einsum(grad_b_spec, a64, g64))
+  # the gradients keep float32's digits: rounded to bfloat16 they would differ
+  assert not np.array_equal(np.asarray(grad_b), _bf16(grad_b))
 
 
 @pytest.mark.parametrize("name", ["kna_rope", "transformer_kna_rope"])

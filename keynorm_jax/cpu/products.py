@@ -13,15 +13,16 @@ is row-major, dS^T and P^T materialized as their own copies (boundary.transposed
 the reference kernel's einsums (attention/kernels/reference.py), within float32 rounding
 (benchmarks/PROFILE_NOTES.md); measured on the CPU only.
 
-Both take their two inputs in one dtype (the compute dtype: the kernel rounds them) and return the
-float32 sums; their backward passes round the cotangent to the inputs' dtype, sum every product in
-float32 and return each gradient in its input's dtype (keynorm_jax/precision.py).
+Both take their two inputs and `dtype` (the compute dtype), round the inputs to it themselves and
+return the float32 sums; their backward passes round the cotangent to `dtype`, sum every product in
+float32 and return each gradient in its input's own dtype, unrounded (cpu/backward.rounding_inside;
+keynorm_jax/precision.py).
 """
 
 import jax.numpy as jnp
 
 from keynorm_jax import precision
-from keynorm_jax.cpu.backward import with_backward
+from keynorm_jax.cpu.backward import rounding_inside
 from keynorm_jax.cpu.boundary import transposed
 
 
@@ -52,22 +53,20 @@ def _swap_last(x_BxHxQxK):
 def _probs_times_values_bwd(residuals, g_BxQxHxE):
   """dP = dO V^T; dV = P^T dO."""
   probs_BxHxQxK, values_BxKxHxE = residuals
-  g_BxQxHxE = g_BxQxHxE.astype(values_BxKxHxE.dtype)
-  grad_probs = einsum_scores(g_BxQxHxE, values_BxKxHxE).astype(probs_BxHxQxK.dtype)
-  grad_values = _ordered_product(_swap_last(probs_BxHxQxK), g_BxQxHxE).astype(values_BxKxHxE.dtype)
+  grad_probs = einsum_scores(g_BxQxHxE, values_BxKxHxE)
+  grad_values = _ordered_product(_swap_last(probs_BxHxQxK), g_BxQxHxE)
   return grad_probs, grad_values
 
 
 def _scores_bwd(residuals, g_BxHxQxK):
   """dQ = dS K; dK = dS^T Q."""
   q_BxQxHxS, k_BxKxHxS = residuals
-  g_BxHxQxK = g_BxHxQxK.astype(q_BxQxHxS.dtype)
-  grad_q = _ordered_product(g_BxHxQxK, k_BxKxHxS).astype(q_BxQxHxS.dtype)
-  grad_k = _ordered_product(_swap_last(g_BxHxQxK), q_BxQxHxS).astype(k_BxKxHxS.dtype)
+  grad_q = _ordered_product(g_BxHxQxK, k_BxKxHxS)
+  grad_k = _ordered_product(_swap_last(g_BxHxQxK), q_BxQxHxS)
   return grad_q, grad_k
 
 
-# probs [B, H, Q, K] x values [B, K, H, E] -> [B, Q, H, E] float32, with the backward pass above.
-probs_times_values = with_backward(_ordered_product, _probs_times_values_bwd)
-# q [B, Q, H, S] x k [B, K, H, S] -> scores [B, H, Q, K] float32, with the backward pass above.
-query_key_scores = with_backward(einsum_scores, _scores_bwd)
+# (probs [B, H, Q, K], values [B, K, H, E], dtype) -> [B, Q, H, E] float32, the backward pass above.
+probs_times_values = rounding_inside(_ordered_product, _probs_times_values_bwd)
+# (q [B, Q, H, S], k [B, K, H, S], dtype) -> scores [B, H, Q, K] float32, the backward pass above.
+query_key_scores = rounding_inside(einsum_scores, _scores_bwd)

@@ -38,12 +38,12 @@ class SplitDense(nn.Module):
   def __call__(self, x):
     kernel = self.param("kernel", nn.initializers.lecun_normal(),
                         (x.shape[-1], sum(self.features)))
-    dtype = self.config.product_dtype
+    cfg = self.config
     splits = [sum(self.features[:i + 1]) for i in range(len(self.features) - 1)]
-    # x rounded for each product (XLA merges the identical converts), so that x's gradient sums
-    # the products' cotangents in x's dtype (float32 on the CPU seam), not in the compute dtype
-    return [matmul(x.astype(dtype), w, self.config.cpu_ops, self.config.activation_dtype)
-            for w in jnp.split(kernel.astype(dtype), splits, axis=-1)]
+    # each product rounds x and its columns of W to the compute dtype itself, so that x's gradient
+    # sums the products' gradients in x's dtype (float32 on the CPU seam)
+    return [matmul(x, w, cfg.product_dtype, cfg.cpu_ops, cfg.activation_dtype)
+            for w in jnp.split(kernel, splits, axis=-1)]
 
 
 class GAULayer(nn.Module):

@@ -3,9 +3,9 @@
 - Causal query blocks: the queries in QUERY_BLOCKS equal blocks, each against the keys up to its
   last query (the keys after it are masked for all of its queries, so leaving them out changes no
   number; 4 blocks skip 3/8 of the T x T square).
-- Both products through cpu/products.py (row-major, with row-major backward passes), their inputs
-  rounded to the values' dtype (the model's compute dtype) and summed in float32
-  (keynorm_jax/precision.py).
+- Both products through cpu/products.py (row-major, with row-major backward passes), each rounding
+  its inputs to the values' dtype (the model's compute dtype) itself and summing in float32
+  (keynorm_jax/precision.py), so the query blocks' gradients of one key or value add in float32.
 - RoPE's cos and sin computed once as an op of their own (prepare's rope_table_op).
 - PaTH (Prepared.path): path.py's chunked attention (pair_run: kernels/path_runs.py's by_chunks),
   as the blocked kernel runs it (the query blocks above are not its chunks).
@@ -37,17 +37,18 @@ def _positions_slice(x, start: int, stop: int):
 
 def run(prepared, blocks=None):  # pylint: disable=unused-argument
   dtype = prepared.values.dtype   # the products' inputs: the compute dtype
-  # Rounded per block, so that the gradients of the blocks' overlapping keys add in float32.
-  scores_product = lambda q, k: products.query_key_scores(q.astype(dtype), k.astype(dtype))
+  scores_product = lambda q, k: products.query_key_scores(q, k, dtype)
   p = head_by_head(prepared)
+  # The blocks read overlapping keys and values, in float32 here (head_by_head widens the
+  # values), and each product rounds its inputs itself (cpu/backward.rounding_inside): so the
+  # blocks' gradients of a key or a value add in float32.
   pieces = []
   for start, stop in query_blocks(p.values.shape[1]):
     queries = jax.tree.map(lambda x, a=start, b=stop: _positions_slice(x, a, b), p.queries)
     keys = jax.tree.map(lambda x, b=stop: _positions_slice(x, 0, b), p.keys)
     scores, keep = block_scores(p.mods, queries, keys, scores_product)
     probs_BxHxQxK, entropy_BxQxH = normalized_with_entropy(p.mods, scores, keep)
-    pieces.append((products.probs_times_values(probs_BxHxQxK.astype(dtype),
-                                               p.values[:, :stop].astype(dtype)),
+    pieces.append((products.probs_times_values(probs_BxHxQxK, p.values[:, :stop], dtype),
                    entropy_BxQxH))
   if len(pieces) == 1:
     return pieces[0]
