@@ -20,9 +20,9 @@ returns each gradient in its input's dtype. The CPU seam's products (cpu/dense.p
 round their inputs themselves, inside their hand-written backward passes' custom VJP: the
 cotangent is rounded the same way, and a float32 input (the seam's activations, the dense layers'
 weights) gets its gradient in float32, unrounded (cpu/backward.rounding_inside); `einsum`'s
-products (the tied head, the `reference` and `blocked` kernels) round theirs once. In float32 there is nothing
-to round: `einsum` is the plain jnp.einsum, differentiated by autodiff, and the float32 step is
-what it was.
+products (the tied head, the `reference` and `blocked` kernels) round theirs once. In float32
+there is nothing to round: `einsum` is the plain jnp.einsum, differentiated by autodiff, and the
+float32 step is what it was.
 """
 
 import functools
