@@ -3,9 +3,8 @@
 
 x and W enter the layer in the activation dtype (ModelConfig.activation_dtype), the product rounds
 them to the compute dtype and sums in float32 (keynorm_jax/precision.py); its result is rounded to
-`out_dtype`: the model's activation dtype for a layer whose output the
-next layers read (ModelConfig.activation_dtype: float32 on the CPU seam), float32 for the head
-(the loss follows)."""
+`out_dtype`: the model's activation dtype for a layer whose output the next layers read
+(ModelConfig.activation_dtype: float32 on the CPU seam), float32 for the head (the loss follows)."""
 
 import functools
 
