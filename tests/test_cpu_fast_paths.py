@@ -4,6 +4,7 @@ numbers on every attention setting: test_kernels.py. Whether the layout pays is 
 benchmarks/profile_step.py --ab=reference.)"""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,8 @@ import numpy as np
 import pytest
 
 from keynorm_jax import run_config
-from keynorm_jax.cpu import boundary, products
+from keynorm_jax.attention import prepare, scores
+from keynorm_jax.cpu import boundary, products, rows
 from keynorm_jax.cpu.dense import dense_matmul
 from keynorm_jax.models import init_params
 from train_helpers import tiny_config
@@ -130,3 +132,32 @@ def test_the_boundary_is_a_conditional_in_a_traced_program_and_none_when_eager()
   seen.clear()
   np.testing.assert_array_equal(boundary.own_op(double, jnp.asarray(x)), x * 2.0)
   assert seen == [type(jnp.asarray(x))]
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 5, 7), (2, 6, 1, 4), (1, 3, 1, 5), (2, 3, 5)])
+def test_softmax_and_norm_by_rows_match_numpy_and_reduce_no_size_one_axis(shape):
+  """The softmax (scores.softmax_with_entropy) and the L2 norm (prepare.l2_normalize) run on their
+  input without its size-1 axes (cpu/rows.by_rows): numpy's softmax and norm in float64, their
+  gradients against the plain jax functions', and no reduction in the gradient's program keeps a
+  size-1 axis."""
+  rng = np.random.default_rng(7)
+  x, weights = (rng.normal(size=shape).astype(np.float32) for _ in range(2))
+  keep = np.ones((shape[0], 1) + shape[2:], bool) if len(shape) == 4 else None
+  softmax = lambda a: scores.softmax_with_entropy(a, keep)[0] if keep is not None else (
+      rows.by_rows(lambda r: jax.nn.softmax(r, axis=-1), a))
+  plain = {softmax: lambda a: jax.nn.softmax(a, axis=-1),
+           prepare.l2_normalize: lambda a: a / jnp.sqrt(jnp.sum(a * a, -1, keepdims=True) + 1e-12)}
+  x64 = x.astype(np.float64)
+  exp = np.exp(x64 - x64.max(-1, keepdims=True))
+  expected = {softmax: exp / exp.sum(-1, keepdims=True),
+              prepare.l2_normalize: x64 / np.sqrt((x64 * x64).sum(-1, keepdims=True))}
+  for fn, numpy_value in expected.items():
+    np.testing.assert_allclose(jax.jit(fn)(x), numpy_value, rtol=1e-5, atol=1e-7)
+    loss = lambda f: (lambda a: jnp.sum(f(a) * weights))
+    _close(jax.grad(loss(fn))(x), jax.grad(loss(plain[fn]))(x))
+    program = jax.jit(jax.grad(loss(fn))).lower(x).as_text()   # as handed to XLA
+    reductions = re.findall(r"stablehlo\.reduce\(.* across dimensions = \[([\d, ]*)\] : "
+                            r"\(tensor<([\dx]*)xf32>", program)
+    kept_axes = [[n for i, n in enumerate(dims.split("x")) if str(i) not in axes.split(", ")]
+                 for axes, dims in reductions]
+    assert reductions and all("1" not in kept for kept in kept_axes), program

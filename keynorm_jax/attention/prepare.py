@@ -52,6 +52,7 @@ import jax.numpy as jnp
 
 from keynorm_jax.attention.spec import Learned, Mods, PathFactors, Spec
 from keynorm_jax.cpu.boundary import own_op
+from keynorm_jax.cpu.rows import by_rows
 from keynorm_jax.rope import rope_table, rotate_by
 
 
@@ -84,8 +85,8 @@ class Prepared(NamedTuple):
 
 
 def l2_normalize(x, eps=1e-12):
-  """x / ||x|| over the last axis."""
-  return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
+  """x / ||x|| over the last axis (row by row: cpu/rows.by_rows)."""
+  return by_rows(lambda r: r * jax.lax.rsqrt(jnp.sum(r * r, axis=-1, keepdims=True) + eps), x)
 
 
 def _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale,

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from keynorm_jax import precision
 from keynorm_jax.attention.prepare import Prepared, Side
 from keynorm_jax.attention.spec import Mods
+from keynorm_jax.cpu.rows import by_rows
 
 MASKED = -1e30
 
@@ -183,7 +184,8 @@ def normalized_with_entropy(mods: Mods, scores_BxHxQxK, keep_Bx1xQxK):
 
 def softmax_with_entropy(scores_BxHxQxK, keep_Bx1xQxK):
   """(probabilities [B, H, Q, K], entropy [B, Q, H] in nats) of masked scores, in float32."""
-  probs_BxHxQxK = jax.nn.softmax(scores_BxHxQxK, axis=-1)
-  log_probs = jnp.where(keep_Bx1xQxK, jax.nn.log_softmax(scores_BxHxQxK, axis=-1), 0.0)
+  probs_BxHxQxK = by_rows(lambda s: jax.nn.softmax(s, axis=-1), scores_BxHxQxK)
+  log_probs = jnp.where(keep_Bx1xQxK, by_rows(lambda s: jax.nn.log_softmax(s, axis=-1),
+                                                 scores_BxHxQxK), 0.0)
   entropy_BxQxH = jnp.moveaxis(-jnp.sum(probs_BxHxQxK * log_probs, axis=-1), 1, 2)
   return probs_BxHxQxK, entropy_BxQxH

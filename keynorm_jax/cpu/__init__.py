@@ -8,5 +8,6 @@ custom-VJP shape both take: a product that rounds its inputs itself). Nothing he
 global: the model's dense layers take `dense` on a CPU backend with any `model.kernel` but
 `reference` (ModelConfig.cpu_ops), and the attention's `cpu` kernel (attention/kernels/cpu.py)
 uses the rest; `reference` traces the plain einsums they replace, which is what the tests compare
-them with.
+them with. One layout is taken on every backend, since it is a reshape that changes no number:
+`rows` (a softmax or a norm computed without its input's size-1 axes, which YNNPACK reduces slowly).
 """

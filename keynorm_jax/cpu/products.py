@@ -37,9 +37,24 @@ def einsum_probs_times_values(probs_BxHxQxK, values_BxKxHxE):
   return precision.summed("bhqk,bkhe->bqhe", probs_BxHxQxK, values_BxKxHxE)
 
 
+def _scores(q_BxQxHxS, k_BxKxHxS):
+  """einsum_scores; for one head, as a [B, Q, S] x [B, K, S] product (see _ordered_product)."""
+  if q_BxQxHxS.shape[2] == 1:
+    return precision.summed("bqs,bks->bqk", q_BxQxHxS[:, :, 0], k_BxKxHxS[:, :, 0])[:, None]
+  return einsum_scores(q_BxQxHxS, k_BxKxHxS)
+
+
 def _ordered_product(a_BxHxQxK, b_BxKxHxE):
   """a [B, H, Q, K] x b [B, K, H, E] -> [B, Q, H, E] float32 as dot_general(a, b) -> [B, H, Q, E]
-  (a row-major product) and a transpose (a bitcast for one head)."""
+  (a row-major product) and a transpose.
+
+  For one head, both products here are written without the head axis ([B, Q, K] x [B, K, E]):
+  with it between the batch axis and the rows, XLA first transposes an operand to its canonical
+  order, a copy per query block (the GAU's values as [B, E, K] for dP = dO V^T), where the 3-d
+  product goes to YNNPACK as it is (benchmarks/PROFILE_NOTES.md, round 8). With several heads that
+  transpose is a real one, which XLA's canonical order places so that YNNPACK takes the product."""
+  if a_BxHxQxK.shape[1] == 1:
+    return precision.summed("bqk,bke->bqe", a_BxHxQxK[:, 0], b_BxKxHxE[:, :, 0])[:, :, None]
   out_BxHxQxE = precision.summed_dot_general(a_BxHxQxK, b_BxKxHxE,
                                              (((3,), (1,)), ((0, 1), (0, 2))))
   return jnp.transpose(out_BxHxQxE, (0, 2, 1, 3))
@@ -53,7 +68,7 @@ def _swap_last(x_BxHxQxK):
 def _probs_times_values_bwd(residuals, g_BxQxHxE):
   """dP = dO V^T; dV = P^T dO."""
   probs_BxHxQxK, values_BxKxHxE = residuals
-  grad_probs = einsum_scores(g_BxQxHxE, values_BxKxHxE)
+  grad_probs = _scores(g_BxQxHxE, values_BxKxHxE)
   grad_values = _ordered_product(_swap_last(probs_BxHxQxK), g_BxQxHxE)
   return grad_probs, grad_values
 
@@ -69,4 +84,4 @@ def _scores_bwd(residuals, g_BxHxQxK):
 # (probs [B, H, Q, K], values [B, K, H, E], dtype) -> [B, Q, H, E] float32, the backward pass above.
 probs_times_values = rounding_inside(_ordered_product, _probs_times_values_bwd)
 # (q [B, Q, H, S], k [B, K, H, S], dtype) -> scores [B, H, Q, K] float32, the backward pass above.
-query_key_scores = rounding_inside(einsum_scores, _scores_bwd)
+query_key_scores = rounding_inside(_scores, _scores_bwd)
