@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from keynorm_jax import run_config
+from keynorm_jax import attention, run_config
 from keynorm_jax.attention import prepare, scores
 from keynorm_jax.cpu import boundary, products, rows
 from keynorm_jax.cpu.dense import dense_matmul
@@ -135,29 +135,50 @@ def test_the_boundary_is_a_conditional_in_a_traced_program_and_none_when_eager()
 
 
 @pytest.mark.parametrize("shape", [(2, 1, 5, 7), (2, 6, 1, 4), (1, 3, 1, 5), (2, 3, 5)])
-def test_softmax_and_norm_by_rows_match_numpy_and_reduce_no_size_one_axis(shape):
-  """The softmax (scores.softmax_with_entropy) and the L2 norm (prepare.l2_normalize) run on their
-  input without its size-1 axes (cpu/rows.by_rows): numpy's softmax and norm in float64, their
-  gradients against the plain jax functions', and no reduction in the gradient's program keeps a
-  size-1 axis."""
+def test_softmax_and_norm_by_rows_match_numpy(shape):
+  """cpu/rows.by_rows around the softmax (with its entropy) and the L2 norm: numpy's numbers in
+  float64, and the plain functions' gradients."""
   rng = np.random.default_rng(7)
   x, weights = (rng.normal(size=shape).astype(np.float32) for _ in range(2))
-  keep = np.ones((shape[0], 1) + shape[2:], bool) if len(shape) == 4 else None
-  softmax = lambda a: scores.softmax_with_entropy(a, keep)[0] if keep is not None else (
-      rows.by_rows(lambda r: jax.nn.softmax(r, axis=-1), a))
-  plain = {softmax: lambda a: jax.nn.softmax(a, axis=-1),
-           prepare.l2_normalize: lambda a: a / jnp.sqrt(jnp.sum(a * a, -1, keepdims=True) + 1e-12)}
   x64 = x.astype(np.float64)
   exp = np.exp(x64 - x64.max(-1, keepdims=True))
-  expected = {softmax: exp / exp.sum(-1, keepdims=True),
-              prepare.l2_normalize: x64 / np.sqrt((x64 * x64).sum(-1, keepdims=True))}
-  for fn, numpy_value in expected.items():
-    np.testing.assert_allclose(jax.jit(fn)(x), numpy_value, rtol=1e-5, atol=1e-7)
-    loss = lambda f: (lambda a: jnp.sum(f(a) * weights))
-    _close(jax.grad(loss(fn))(x), jax.grad(loss(plain[fn]))(x))
-    program = jax.jit(jax.grad(loss(fn))).lower(x).as_text()   # as handed to XLA
-    reductions = re.findall(r"stablehlo\.reduce\(.* across dimensions = \[([\d, ]*)\] : "
-                            r"\(tensor<([\dx]*)xf32>", program)
-    kept_axes = [[n for i, n in enumerate(dims.split("x")) if str(i) not in axes.split(", ")]
-                 for axes, dims in reductions]
-    assert reductions and all("1" not in kept for kept in kept_axes), program
+  probs = exp / exp.sum(-1, keepdims=True)
+  plain_softmax = lambda a: jax.nn.softmax(a, axis=-1)
+  fast_softmax = lambda a: rows.by_rows(plain_softmax, a)
+  np.testing.assert_allclose(jax.jit(fast_softmax)(x), probs, rtol=1e-5, atol=1e-7)
+  if len(shape) == 4:   # as the cpu kernel calls it: scores [B, H, Q, K], keep [B, 1, Q, K]
+    keep = np.ones(shape[:1] + (1,) + shape[2:], bool)
+    fast_probs, entropy = jax.jit(lambda a: scores.softmax_with_entropy(a, keep, rows.by_rows))(x)
+    np.testing.assert_allclose(fast_probs, probs, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(entropy, np.moveaxis(-(probs * np.log(probs)).sum(-1), 1, 2),
+                               rtol=1e-5, atol=1e-6)
+  norm = lambda a: rows.by_rows(prepare.l2_normalize, a)
+  np.testing.assert_allclose(jax.jit(norm)(x), x64 / np.sqrt((x64 * x64).sum(-1, keepdims=True)),
+                             rtol=1e-5, atol=1e-7)
+  loss = lambda f: (lambda a: jnp.sum(f(a) * weights))
+  for fast, plain in ((fast_softmax, plain_softmax), (norm, prepare.l2_normalize)):
+    _close(jax.grad(loss(fast))(x), jax.grad(loss(plain))(x))
+
+
+def _reductions_keeping_a_size_one_axis(program: str) -> list:
+  """The reductions of a lowered (StableHLO) program whose result keeps an axis of size 1."""
+  found = re.findall(r"stablehlo\.reduce\(.* across dimensions = \[([\d, ]*)\] : "
+                     r"\(tensor<([\dx]*)x\w+>", program)
+  assert len(found) == program.count("stablehlo.reduce("), "a reduction the pattern missed"
+  kept = [[n for i, n in enumerate(dims.split("x")) if str(i) not in axes.split(", ")]
+          for axes, dims in found]
+  return [k for k in kept if "1" in k]
+
+
+def test_the_cpu_kernel_reduces_no_size_one_axis_of_a_single_head():
+  """KNA attention of one head with the `cpu` kernel, forward and gradient as handed to XLA: no
+  reduction keeps a size-1 axis (YNNPACK reduces [B, 1, Q, K] and [B, T, 1, S] rows several times
+  slower; PROFILE_NOTES.md, round 8), where the reference kernel's does."""
+  q, k, v = (np.random.default_rng(i).normal(size=(2, 16, 8)).astype(np.float32)
+             for i in range(3))
+  spec = attention.Spec(variant="kna", inv_freq=1.0 / 10000 ** (np.arange(4) / 4))
+  def lowered(kernel):
+    loss = lambda q, k, v: jnp.sum(attention.causal_attention(q, k, v, spec, kernel=kernel) ** 2)
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(q, k, v).as_text()
+  assert _reductions_keeping_a_size_one_axis(lowered("reference"))
+  assert not _reductions_keeping_a_size_one_axis(lowered("cpu"))

@@ -65,7 +65,7 @@ def attend(q, k, v, spec: Spec, learned: Learned = Learned(), *, positions=None,
   mods = spec.mods(learned, explicit_positions=positions is not None)
   chosen = kernels.select(kernel, mods, shape, need_entropy=need_entropy)
   prepared = prepare(q, k, v, spec, learned, mods, positions=positions,
-                     rope_table_op=chosen.rope_table_op)
+                     cpu_layout=chosen.cpu_layout)
   out, entropy = chosen(prepared, None if blocks == (None, None) else blocks)
   out = out.astype(v.dtype)
   if single_head:

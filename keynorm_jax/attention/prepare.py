@@ -85,8 +85,8 @@ class Prepared(NamedTuple):
 
 
 def l2_normalize(x, eps=1e-12):
-  """x / ||x|| over the last axis (row by row: cpu/rows.by_rows)."""
-  return by_rows(lambda r: r * jax.lax.rsqrt(jnp.sum(r * r, axis=-1, keepdims=True) + eps), x)
+  """x / ||x|| over the last axis."""
+  return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
 
 
 def _query_multiplier(positions_BxT, logn_base, posthoc_logn_length, ssmax_scale,
@@ -128,14 +128,16 @@ def _xpos_scale(positions_BxT, centre_Bx1, inv_freq, gamma, scale_base, sign):
 
 
 def prepare(q, k, v, spec: Spec, learned: Learned, mods: Mods, *, positions=None,
-            rope_table_op=False) -> Prepared:
+            cpu_layout=False) -> Prepared:
   """q [B, T, H, S], k [B, T, Hkv, S], v [B, T, Hkv, E], the call's Spec, Learned arrays and Mods
   (spec.mods(learned, ...), derived once by the caller) -> Prepared. positions: [T] or [B, T]
   positions (None: 0..T-1, the sequence index).
 
-  rope_table_op: compute RoPE's cos and sin once as an op of their own (cpu.boundary.own_op; the
-    `cpu` kernel's choice: XLA's CPU backend would otherwise recompute them inside every fusion
-    that rotates). The numbers are the same either way.
+  cpu_layout: the `cpu` kernel's layout for XLA's CPU backend: RoPE's cos and sin computed once as
+    an op of their own (cpu.boundary.own_op; XLA would otherwise recompute them inside every fusion
+    that rotates), and the norms of q and k without their size-1 axes (cpu.rows.by_rows; YNNPACK
+    reduces a single head's [B, T, 1, S] slowly). The numbers are the same either way (the
+    gradients within float32 rounding).
   """
   batch, length, heads, size = q.shape
   if heads % k.shape[2]:
@@ -150,10 +152,11 @@ def prepare(q, k, v, spec: Spec, learned: Learned, mods: Mods, *, positions=None
   if positions is None:
     positions = jnp.arange(length)
   positions_BxT = jnp.broadcast_to(positions, (batch, length))
+  normalize = (lambda x: by_rows(l2_normalize, x)) if cpu_layout else l2_normalize
   if spec.variant in ("qna", "cosa"):
-    q = l2_normalize(q)
+    q = normalize(q)
   if spec.variant in ("kna", "cosa"):
-    k = l2_normalize(k)
+    k = normalize(k)
   multiplier_BxTxH = jnp.broadcast_to(
       spec.score_scale(size) * _query_multiplier(
           positions_BxT, spec.logn_base, spec.posthoc_logn_length, learned.ssmax_scale,
@@ -181,7 +184,7 @@ def prepare(q, k, v, spec: Spec, learned: Learned, mods: Mods, *, positions=None
     # [B, T]) rather than broadcast to the batch.
     make_table = lambda p: rope_table(p, inv_freq)
     at = jnp.asarray(positions)[..., None]
-    near_table = own_op(make_table, at) if rope_table_op else make_table(at)
+    near_table = own_op(make_table, at) if cpu_layout else make_table(at)
     q_near = rotate(q, positions_BxT, 1.0, near_table)
     k_near = rotate(k, positions_BxT, -1.0, near_table)
     if spec.far is not None:

@@ -15,7 +15,6 @@ import jax.numpy as jnp
 from keynorm_jax import precision
 from keynorm_jax.attention.prepare import Prepared, Side
 from keynorm_jax.attention.spec import Mods
-from keynorm_jax.cpu.rows import by_rows
 
 MASKED = -1e30
 
@@ -174,18 +173,21 @@ def needs_whole_rows(mods: Mods):
   return None
 
 
-def normalized_with_entropy(mods: Mods, scores_BxHxQxK, keep_Bx1xQxK):
-  """The attention weights of whole rows of scores and their entropy: the softmax, or
-  stick-breaking for that variant."""
+def normalized_with_entropy(mods: Mods, scores_BxHxQxK, keep_Bx1xQxK, rows=None):
+  """The attention weights of whole rows of scores and their entropy: the softmax (through `rows`,
+  see softmax_with_entropy), or stick-breaking for that variant."""
   if mods.stick_breaking:
     return stick_breaking_with_entropy(scores_BxHxQxK, keep_Bx1xQxK)
-  return softmax_with_entropy(scores_BxHxQxK, keep_Bx1xQxK)
+  return softmax_with_entropy(scores_BxHxQxK, keep_Bx1xQxK, rows)
 
 
-def softmax_with_entropy(scores_BxHxQxK, keep_Bx1xQxK):
-  """(probabilities [B, H, Q, K], entropy [B, Q, H] in nats) of masked scores, in float32."""
-  probs_BxHxQxK = by_rows(lambda s: jax.nn.softmax(s, axis=-1), scores_BxHxQxK)
-  log_probs = jnp.where(keep_Bx1xQxK, by_rows(lambda s: jax.nn.log_softmax(s, axis=-1),
-                                                 scores_BxHxQxK), 0.0)
+def softmax_with_entropy(scores_BxHxQxK, keep_Bx1xQxK, rows=None):
+  """(probabilities [B, H, Q, K], entropy [B, Q, H] in nats) of masked scores, in float32.
+  rows(fn, x) -> fn(x): how the softmax of each row is computed (None: as it is; the `cpu`
+  kernel's: cpu/rows.by_rows, without the scores' size-1 axes)."""
+  rows = rows or (lambda fn, x: fn(x))
+  probs_BxHxQxK = rows(lambda s: jax.nn.softmax(s, axis=-1), scores_BxHxQxK)
+  log_probs = jnp.where(keep_Bx1xQxK, rows(lambda s: jax.nn.log_softmax(s, axis=-1),
+                                              scores_BxHxQxK), 0.0)
   entropy_BxQxH = jnp.moveaxis(-jnp.sum(probs_BxHxQxK * log_probs, axis=-1), 1, 2)
   return probs_BxHxQxK, entropy_BxQxH

@@ -39,7 +39,7 @@ def einsum_probs_times_values(probs_BxHxQxK, values_BxKxHxE):
 
 def _scores(q_BxQxHxS, k_BxKxHxS):
   """einsum_scores; for one head, as a [B, Q, S] x [B, K, S] product (see _ordered_product)."""
-  if q_BxQxHxS.shape[2] == 1:
+  if q_BxQxHxS.shape[2] == k_BxKxHxS.shape[2] == 1:
     return precision.summed("bqs,bks->bqk", q_BxQxHxS[:, :, 0], k_BxKxHxS[:, :, 0])[:, None]
   return einsum_scores(q_BxQxHxS, k_BxKxHxS)
 
@@ -53,7 +53,7 @@ def _ordered_product(a_BxHxQxK, b_BxKxHxE):
   order, a copy per query block (the GAU's values as [B, E, K] for dP = dO V^T), where the 3-d
   product goes to YNNPACK as it is (benchmarks/PROFILE_NOTES.md, round 8). With several heads that
   transpose is a real one, which XLA's canonical order places so that YNNPACK takes the product."""
-  if a_BxHxQxK.shape[1] == 1:
+  if a_BxHxQxK.shape[1] == b_BxKxHxE.shape[2] == 1:
     return precision.summed("bqk,bke->bqe", a_BxHxQxK[:, 0], b_BxKxHxE[:, :, 0])[:, :, None]
   out_BxHxQxE = precision.summed_dot_general(a_BxHxQxK, b_BxKxHxE,
                                              (((3,), (1,)), ((0, 1), (0, 2))))

@@ -5,7 +5,9 @@ XLA's CPU backend gives reductions to YNNPACK, and YNNPACK reduces a 4-d array w
 several times slower than the same numbers without it: at [8, 1, 128, 512] (the single-head GAU's
 scores) a softmax's forward and backward took 2.2 ms against 0.6 ms on [8, 128, 512], and an L2
 norm's 1.7 ms against 0.15 ms (benchmarks/PROFILE_NOTES.md, round 8). Dropping the axes is a
-reshape (no copy, on any backend) and changes no row, so every backend takes this one path.
+reshape, a bitcast on the CPU; the `cpu` kernel takes it (its softmax, and prepare's norms of q and
+k with `cpu_layout`). The values are the same; the gradients within float32 rounding (XLA fuses
+the two forms differently). Not measured on an accelerator, where the other kernels run.
 """
 
 

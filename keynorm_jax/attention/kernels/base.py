@@ -53,14 +53,15 @@ def longer_than_full_square(shape: Shape) -> str | None:
 class Kernel:
   """name; run(prepared, blocks) -> (out, entropy or None), blocks = (queries, keys) per block or
   None (only the blocked kernel reads it); refusal(mods, shape) -> reason or None; gives_entropy;
-  rope_table_op: prepare computes RoPE's table as an op of its own (the CPU layout); pair_run: as
-  run, for a product that depends on the pair (None: refused)."""
+  cpu_layout: prepare lays its work out for XLA's CPU backend (RoPE's table as an op of its own,
+  the norms without size-1 axes); pair_run: as run, for a product that depends on the pair (None:
+  refused)."""
   name: str
   summary: str
   run: Callable
   refusal: Callable = accept
   gives_entropy: bool = True
-  rope_table_op: bool = False
+  cpu_layout: bool = False
   pair_run: Callable | None = None
 
   def __call__(self, prepared, blocks=None):

@@ -6,7 +6,8 @@
 - Both products through cpu/products.py (row-major, with row-major backward passes), each rounding
   its inputs to the values' dtype (the model's compute dtype) itself and summing in float32
   (keynorm_jax/precision.py), so the query blocks' gradients of one key or value add in float32.
-- RoPE's cos and sin computed once as an op of their own (prepare's rope_table_op).
+- RoPE's cos and sin computed once as an op of their own, and the norms of q and k and the softmax
+  without their size-1 axes (prepare's cpu_layout; cpu/rows.by_rows).
 - PaTH (Prepared.path): path.py's chunked attention (pair_run: kernels/path_runs.py's by_chunks),
   as the blocked kernel runs it (the query blocks above are not its chunks).
 Measured on the CPU only (benchmarks/PROFILE_NOTES.md); the same numbers within float32 rounding.
@@ -19,6 +20,7 @@ from keynorm_jax.attention.kernels import path_runs
 from keynorm_jax.attention.kernels.base import Kernel, longer_than_full_square
 from keynorm_jax.attention.scores import block_scores, head_by_head, normalized_with_entropy
 from keynorm_jax.cpu import products
+from keynorm_jax.cpu.rows import by_rows
 
 QUERY_BLOCKS = 4
 
@@ -47,7 +49,7 @@ def run(prepared, blocks=None):  # pylint: disable=unused-argument
     queries = jax.tree.map(lambda x, a=start, b=stop: _positions_slice(x, a, b), p.queries)
     keys = jax.tree.map(lambda x, b=stop: _positions_slice(x, 0, b), p.keys)
     scores, keep = block_scores(p.mods, queries, keys, scores_product)
-    probs_BxHxQxK, entropy_BxQxH = normalized_with_entropy(p.mods, scores, keep)
+    probs_BxHxQxK, entropy_BxQxH = normalized_with_entropy(p.mods, scores, keep, by_rows)
     pieces.append((products.probs_times_values(probs_BxHxQxK, p.values[:, :stop], dtype),
                    entropy_BxQxH))
   if len(pieces) == 1:
@@ -57,4 +59,4 @@ def run(prepared, blocks=None):  # pylint: disable=unused-argument
 
 KERNEL = Kernel("cpu", "the reference laid out for XLA's CPU backend (causal query blocks, "
                 "row-major products)", run, refusal=lambda mods, shape: longer_than_full_square(shape),
-                rope_table_op=True, pair_run=path_runs.by_chunks)
+                cpu_layout=True, pair_run=path_runs.by_chunks)
