@@ -236,3 +236,14 @@ def test_each_number_of_the_answers_is_the_cell_of_the_row_it_points_at(records,
   missing = [claim for claim in claims if claim not in text]
   assert not missing, ("RESULTS.md's answers no longer quote the rows they point at; the records "
                        "give:\n" + "\n".join(missing))
+
+
+def test_every_named_config_has_a_readable_method_name():
+  """method_name names every config's attention variant and position method (a config it cannot
+  read comes back as its raw name, as the PaTH rows did in Table 1 before they were named)."""
+  from configs import named  # pylint: disable=import-outside-toplevel
+  unread = sorted(name for name in named.named_configs()
+                  if method_name(name) == name.removeprefix("transformer_"))
+  assert not unread
+  assert method_name("transformer_kna_path_fox") == "KNA PaTH-FoX"
+  assert method_name("baseline_path") == "Baseline PaTH"

@@ -14,7 +14,7 @@ POSITION_NAMES = {
     "rnope_swa": "RNoPE-SWA", "fire": "FIRE", "xpos": "xPos", "p_rope": "p-RoPE", "nope": "NoPE",
     "fox": "FoX", "scale_invariant": "scale-invariant p-RoPE", "sinusoidal": "sinusoidal",
     "learned": "learned positions", "randomized_rope": "randomized RoPE", "drope": "DroPE",
-    "cope": "CoPE"}
+    "cope": "CoPE", "path": "PaTH", "path_fox": "PaTH-FoX"}
 
 
 def method_name(config: str) -> str:
