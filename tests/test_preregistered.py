@@ -55,8 +55,10 @@ def test_a_split_is_not_settled_and_the_mirror_is_no():
   v = preregistered.verdict(study(split))
   # 3 of 4 KNA's way: p = (C(4,3) + C(4,4)) / 16 = 5/16.
   assert v["answer"] == "not settled" and v["p_kna"] == pytest.approx(5 / 16)
+  assert "cannot tell" in preregistered.answer(study(split))   # the amendment's (g)
   mirror = {s: (YES, NO) for s in range(3, 10)} | {10: (NO, NO)}
   assert preregistered.verdict(study(mirror))["answer"] == "no"   # 0 of 7: p towards Baseline 1/128
+  assert "KeyNorm hurts" in preregistered.answer(study(mirror))
 
 
 def test_the_secondary_difference_interval_and_permutation_test_by_hand():

@@ -145,7 +145,19 @@ def answer(records) -> str:
   return (f"- **Does KeyNorm help the GAU learn to retrieve? {v['answer'].capitalize()}** by the "
           f"pre-registered rule (Table 3b, verdict line): {v['kna_way']} of {v['disagree']} "
           f"disagreeing pairs KNA's way, p = {v['p_kna']:.3g}; exact match at 1x "
-          f"{100 * v['mean']:+.1f} points [{100 * v['low']:+.1f}, {100 * v['high']:+.1f}].")
+          f"{100 * v['mean']:+.1f} points [{100 * v['low']:+.1f}, {100 * v['high']:+.1f}]. "
+          + MEANING[v["answer"]])
+
+
+# What each verdict is taken to mean (docs/study.md, the amendment's (a) and (g)).
+SCOPE = "RoPE on the GAU retrieval layout at the `cpu` size, on the King James Bible in bytes"
+MEANING = {
+    "KNA helps": f"KeyNorm helps that GAU learn a key, within the rule's scope ({SCOPE}).",
+    "no": f"KeyNorm hurts that GAU's learning of a key, within the rule's scope ({SCOPE}).",
+    "not settled": ("This experiment cannot tell whether KeyNorm helps that GAU learn a key "
+                    f"({SCOPE}); that is no evidence that it does not, and the interval is the "
+                    "size of effect, either way, that the data leave open."),
+}
 
 
 def same_commit_old_pairs(old_pairs) -> str:
