@@ -127,7 +127,8 @@ def verdict_line(records) -> str:
           f"{next(iter(made))[2]}" if len(made) == 1 else
           f"**not** one commit, device and dtype: {sorted(made)}")
   return (f"**Verdict (pre-registered): {v['answer']}.** Of {v['pairs']} pairs, {v['disagree']} "
-          f"disagree, {v['kna_way']} of them KNA's way: exact sign test p = {v['p_kna']:.3g} "
+          f"{'disagrees' if v['disagree'] == 1 else 'disagree'}, {v['kna_way']} of them KNA's way: "
+          f"exact sign test p = {v['p_kna']:.3g} "
           f"towards KNA ({v['p_baseline']:.3g} towards Baseline). Secondary: KNA − Baseline exact "
           f"match at 1x {100 * v['mean']:+.1f} points, 95% interval [{100 * v['low']:+.1f}, "
           f"{100 * v['high']:+.1f}] (t, {v['pairs'] - 1} df), paired permutation p = "
@@ -144,7 +145,8 @@ def answer(records) -> str:
             "verdict waits for all of them.")
   return (f"- **Does KeyNorm help the GAU learn to retrieve? {v['answer'].capitalize()}** by the "
           f"pre-registered rule (Table 3b, verdict line): {v['kna_way']} of {v['disagree']} "
-          f"disagreeing pairs KNA's way, p = {v['p_kna']:.3g}; exact match at 1x "
+          f"disagreeing {'pair' if v['disagree'] == 1 else 'pairs'} KNA's way, p = "
+          f"{v['p_kna']:.3g}; exact match at 1x "
           f"{100 * v['mean']:+.1f} points [{100 * v['low']:+.1f}, {100 * v['high']:+.1f}]. "
           + MEANING[v["answer"]])
 
