@@ -48,6 +48,7 @@ def test_six_of_six_disagreeing_pairs_kna_s_way_is_kna_helps():
   v = preregistered.verdict(study(outcomes))
   assert (v["disagree"], v["kna_way"], v["answer"]) == (6, 6, "KNA helps")
   assert v["p_kna"] == pytest.approx(1 / 64) and v["p_baseline"] == pytest.approx(1.0)
+  assert "KeyNorm helps that GAU learn a key" in preregistered.answer(study(outcomes))
 
 
 def test_a_split_is_not_settled_and_the_mirror_is_no():
