@@ -134,6 +134,16 @@ def verdict_line(records) -> str:
           f"{100 * v['high']:+.1f}] (t, {v['pairs'] - 1} df), paired permutation p = "
           f"{v['p_permutation']:.3g} (two-sided). Runs: {same}.")
 
+# What each verdict is taken to mean (docs/study.md, the amendment's (a) and (g)).
+SCOPE = "RoPE on the GAU retrieval layout at the `cpu` size, on the King James Bible in bytes"
+MEANING = {
+    "KNA helps": f"KeyNorm helps that GAU learn a key, within the rule's scope ({SCOPE}).",
+    "no": f"KeyNorm hurts that GAU's learning of a key, within the rule's scope ({SCOPE}).",
+    "not settled": ("This experiment cannot tell whether KeyNorm helps that GAU learn a key "
+                    f"({SCOPE}); that is no evidence that it does not, and the interval is the "
+                    "size of effect, either way, that the data leave open."),
+}
+
 
 def answer(records) -> str:
   """The one sentence of "What the study answers" that states the verdict."""
@@ -150,16 +160,6 @@ def answer(records) -> str:
           f"{100 * v['mean']:+.1f} points [{100 * v['low']:+.1f}, {100 * v['high']:+.1f}]. "
           + MEANING[v["answer"]])
 
-
-# What each verdict is taken to mean (docs/study.md, the amendment's (a) and (g)).
-SCOPE = "RoPE on the GAU retrieval layout at the `cpu` size, on the King James Bible in bytes"
-MEANING = {
-    "KNA helps": f"KeyNorm helps that GAU learn a key, within the rule's scope ({SCOPE}).",
-    "no": f"KeyNorm hurts that GAU's learning of a key, within the rule's scope ({SCOPE}).",
-    "not settled": ("This experiment cannot tell whether KeyNorm helps that GAU learn a key "
-                    f"({SCOPE}); that is no evidence that it does not, and the interval is the "
-                    "size of effect, either way, that the data leave open."),
-}
 
 
 def same_commit_old_pairs(old_pairs) -> str:
