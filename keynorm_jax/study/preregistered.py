@@ -161,7 +161,6 @@ def answer(records) -> str:
           + MEANING[v["answer"]])
 
 
-
 def same_commit_old_pairs(old_pairs) -> str:
   """The sign test of Table 3's pairs restricted to those whose two runs share commit and device."""
   same = [(b, k) for b, k in old_pairs if _made_on(b)[:2] == _made_on(k)[:2]]
