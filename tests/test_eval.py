@@ -68,6 +68,16 @@ def test_accuracy_equals_direct_computation(runs, tmp_path):
       (32, "repeated"), (32, "non_repeated"), (128, "repeated"), (128, "non_repeated")}
 
 
+def test_one_window_has_no_standard_error_and_its_cell_shows_the_accuracy_alone(runs, tmp_path):
+  records, _, paths = _evaluate(runs / "kna_rope", tmp_path, num_windows=1)
+  assert records and all(r["windows"] == 1 and r["accuracy_stderr"] is None for r in records)
+  json.loads(paths["results.json"].read_text(), parse_constant=pytest.fail)  # no NaN in the JSON
+  table = paths["results.md"].read_text()
+  assert "±" not in table.split("\n\n", 1)[1] and "nan" not in table
+  for r in records:
+    assert f" {100 * r['accuracy']:.2f} |" in table
+
+
 def test_numbers_identical_across_invocations(runs, tmp_path):
   strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]
   first, _, _ = _evaluate(runs, tmp_path / "a")

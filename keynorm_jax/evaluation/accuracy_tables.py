@@ -60,11 +60,14 @@ def markdown_table(records) -> str:
 
 
 def _cell(r, value="accuracy", spread="accuracy_stderr") -> str:
-  """A record's (or a seed summary's: value accuracy_mean, spread accuracy_std) cell."""
+  """A record's (or a seed summary's: value accuracy_mean, spread accuracy_std) cell; without a
+  spread (one window: None, or NaN in records written before) the value alone."""
   if r is None:
     return ""
   if r.get("not_applicable"):
     return "n/a"
+  if r.get(spread) is None or np.isnan(r[spread]):
+    return _pct(r[value])
   return f"{_pct(r[value])} ± {_pct(r[spread])}"
 
 

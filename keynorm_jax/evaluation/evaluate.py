@@ -51,12 +51,12 @@ def auto_batch_size(model_cfg, length: int, num_windows: int, members: int = 1) 
 
 
 def summarize(correct, nll, *, train_length: int, bucket: int) -> dict:
-  """Accuracy (with its standard error over windows), loss and accuracy by position; summed in
-  float64 (a float32 mean of 0/1 scores is off in the ninth digit)."""
+  """Accuracy (with its standard error over windows: None for one window), loss and accuracy by
+  position; summed in float64 (a float32 mean of 0/1 scores is off in the ninth digit)."""
   correct, nll = np.asarray(correct, np.float64), np.asarray(nll, np.float64)
   per_window = correct.mean(axis=1)
   count, length = correct.shape
-  stderr = float(per_window.std(ddof=1) / np.sqrt(count)) if count > 1 else float("nan")
+  stderr = float(per_window.std(ddof=1) / np.sqrt(count)) if count > 1 else None
   beyond = correct[:, train_length:]
   starts = list(range(0, length, bucket))
   return {
