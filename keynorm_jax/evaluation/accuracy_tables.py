@@ -61,12 +61,12 @@ def markdown_table(records) -> str:
 
 def _cell(r, value="accuracy", spread="accuracy_stderr") -> str:
   """A record's (or a seed summary's: value accuracy_mean, spread accuracy_std) cell; without a
-  spread (one window: None, or NaN in records written before) the value alone."""
+  spread (one window's record) the value alone."""
   if r is None:
     return ""
   if r.get("not_applicable"):
     return "n/a"
-  if r.get(spread) is None or np.isnan(r[spread]):
+  if r[spread] is None:
     return _pct(r[value])
   return f"{_pct(r[value])} ± {_pct(r[spread])}"
 
