@@ -1,0 +1,132 @@
+r"""How each product of our training step speeds up with the CPU's cores:
+`tools/keep_freed_memory.sh python benchmarks/core_scaling.py`.
+
+Compiles a config's step (`cpu` size, --dtype), reads every distinct dot of the compiled program
+(shapes, contracting and batch axes, dtypes; benchmarks/PROFILE_NOTES.md, round 12), and times each
+alone with random inputs, in two child processes: one pinned to the first core, one on all of them
+(the affinity is set before jax starts, so XLA's thread pool takes its size from it). Prints one row
+per distinct dot (count in the step, ms each on one core and on all, the speedup) and the totals of
+the batched products (attention's, per query block) and the others (the dense layers'). Nothing is
+asserted. On a CPU only; measure while nothing else runs.
+"""
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+# pylint: disable=wrong-import-position
+import collections
+import json
+import os
+import re
+import subprocess
+import time
+
+from absl import app, flags
+
+_CONFIG = flags.DEFINE_string("config", "transformer_kna_rope", "Config name.")
+_DTYPE = flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16"], "model.compute_dtype.")
+_CHILD = flags.DEFINE_string("child", None, "Internal: time the dots on these cores (e.g. 0).")
+
+_DOT = re.compile(r"= (\w+)\[[\d,]*\]\S* dot\(%([\w.\-]+), %([\w.\-]+)\)")
+_SHAPE = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\w+)\[([\d,]*)\]")
+
+
+def _axes(line, name):
+  found = re.search(name + r"=\{([\d,]*)\}", line)
+  return tuple(int(a) for a in found.group(1).split(",") if a) if found else ()
+
+
+def step_dots(config_name, dtype):
+  """{(lhs (dtype, shape), rhs (dtype, shape), out dtype, contracting, batch axes): count}."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from keynorm_jax import run_config  # pylint: disable=import-outside-toplevel
+  from keynorm_jax.training.loop import (  # pylint: disable=import-outside-toplevel
+      init_state, make_train_step)
+  from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=import-outside-toplevel
+  config = run_config.load_config(config_name)
+  config.model_size, config.model.compute_dtype = "cpu", dtype
+  config = run_config.resolve(config)
+  model, tx = run_config.build_model(config), make_optimizer(config)
+  state = init_state(model, tx, 0, config.train_length)
+  batch = np.zeros((config.batch_size, config.train_length + 1), np.int32)
+  hlo = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1))).lower(state, batch).compile()
+  shapes = {}
+  for line in hlo.as_text().splitlines():
+    if (m := _SHAPE.match(line)):
+      shapes[m.group(1)] = (m.group(2), tuple(int(n) for n in m.group(3).split(",") if n))
+  count = collections.Counter()
+  for line in hlo.as_text().splitlines():
+    if (m := _DOT.search(line)):
+      count[(shapes[m.group(2)], shapes[m.group(3)], m.group(1),
+             (_axes(line, "lhs_contracting_dims"), _axes(line, "rhs_contracting_dims")),
+             (_axes(line, "lhs_batch_dims"), _axes(line, "rhs_batch_dims")))] += 1
+  return count
+
+
+def time_dots(dots):
+  """{key: best ms of one call}, each dot compiled alone."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  types = {"bf16": jnp.bfloat16, "f32": jnp.float32}
+  rng = np.random.default_rng(0)
+  out = {}
+  for key in dots:
+    (ta, sa), (tb, sb), to, contracting, batch = key
+    a = jnp.asarray(rng.standard_normal(sa), types[ta])
+    b = jnp.asarray(rng.standard_normal(sb), types[tb])
+    dot = jax.jit(lambda a, b, c=contracting, n=batch, t=types[to]: jax.lax.dot_general(
+        a, b, (c, n), preferred_element_type=t))
+    jax.block_until_ready(dot(a, b))
+    best = float("inf")
+    for _ in range(5):
+      start = time.perf_counter()
+      for _ in range(10):
+        result = dot(a, b)
+      jax.block_until_ready(result)
+      best = min(best, (time.perf_counter() - start) / 10)
+    out[json.dumps(key)] = best * 1e3
+  return out
+
+
+def _child(cores):
+  dots = step_dots(_CONFIG.value, _DTYPE.value)
+  print(json.dumps({"cores": cores, "counts": {json.dumps(k): n for k, n in dots.items()},
+                    "ms": time_dots(dots)}))
+
+
+def _run_child(cores):
+  cmd = [sys.executable, __file__, f"--config={_CONFIG.value}", f"--dtype={_DTYPE.value}",
+         f"--child={','.join(map(str, cores))}"]
+  out = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                       preexec_fn=lambda: os.sched_setaffinity(0, cores)).stdout
+  return json.loads(out.strip().splitlines()[-1])
+
+
+def main(argv):
+  del argv
+  if _CHILD.value is not None:
+    _child(_CHILD.value)
+    return
+  every = sorted(os.sched_getaffinity(0))
+  one, many = _run_child([every[0]]), _run_child(every)
+  print(f"{_CONFIG.value}, {_DTYPE.value}, `cpu` size: each distinct dot of the step alone, "
+        f"1 core against {len(every)}")
+  print(f"| dot | count | 1 core ms | {len(every)} cores ms | speedup |\n|---|---|---|---|---|")
+  totals = collections.defaultdict(lambda: [0.0, 0.0])
+  for key, n in sorted(one["counts"].items(), key=lambda kv: -one["ms"][kv[0]] * kv[1]):
+    (_, sa), (_, sb), _, contracting, batch = json.loads(key)
+    kind = "batched" if batch[0] else "other"
+    totals[kind][0] += n * one["ms"][key]
+    totals[kind][1] += n * many["ms"][key]
+    print(f"| {list(sa)} . {list(sb)} contracting {contracting} batch {batch} | {n} | "
+          f"{one['ms'][key]:.3f} | {many['ms'][key]:.3f} | {one['ms'][key] / many['ms'][key]:.2f} |")
+  for kind, (a, b) in totals.items():
+    print(f"{kind} products, summed over the step: {a:.1f} ms on 1 core, {b:.1f} ms on "
+          f"{len(every)} ({a / b:.2f}x)")
+
+
+if __name__ == "__main__":
+  app.run(main)
