@@ -52,12 +52,12 @@ def step_dots(config_name, dtype):
   state = init_state(model, tx, 0, config.train_length)
   batch = np.zeros((config.batch_size, config.train_length + 1), np.int32)
   hlo = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1))).lower(state, batch).compile()
-  shapes = {}
+  count, shapes = collections.Counter(), {}
   for line in hlo.as_text().splitlines():
+    if line.endswith("{") and not line.startswith(" "):  # a computation begins: its own names
+      shapes = {}
     if (m := _SHAPE.match(line)):
       shapes[m.group(1)] = (m.group(2), tuple(int(n) for n in m.group(3).split(",") if n))
-  count = collections.Counter()
-  for line in hlo.as_text().splitlines():
     if (m := _DOT.search(line)):
       count[(shapes[m.group(2)], shapes[m.group(3)], m.group(1),
              (_axes(line, "lhs_contracting_dims"), _axes(line, "rhs_contracting_dims")),
