@@ -23,6 +23,13 @@ import subprocess
 import time
 
 from absl import app, flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from keynorm_jax import run_config
+from keynorm_jax.training.loop import init_state, make_train_step
+from keynorm_jax.training.optimizer import make_optimizer
 
 _CONFIG = flags.DEFINE_string("config", "transformer_kna_rope", "Config name.")
 _DTYPE = flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16"], "model.compute_dtype.")
@@ -39,12 +46,6 @@ def _axes(line, name):
 
 def step_dots(config_name, dtype):
   """{(lhs (dtype, shape), rhs (dtype, shape), out dtype, contracting, batch axes): count}."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
-  from keynorm_jax import run_config  # pylint: disable=import-outside-toplevel
-  from keynorm_jax.training.loop import (  # pylint: disable=import-outside-toplevel
-      init_state, make_train_step)
-  from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=import-outside-toplevel
   config = run_config.load_config(config_name)
   config.model_size, config.model.compute_dtype = "cpu", dtype
   config = run_config.resolve(config)
@@ -67,9 +68,6 @@ def step_dots(config_name, dtype):
 
 def time_dots(dots):
   """{key: best ms of one call}, each dot compiled alone."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
   types = {"bf16": jnp.bfloat16, "f32": jnp.float32}
   rng = np.random.default_rng(0)
   out = {}
@@ -121,8 +119,9 @@ def main(argv):
     kind = "batched" if batch[0] else "other"
     totals[kind][0] += n * one["ms"][key]
     totals[kind][1] += n * many["ms"][key]
+    a, b = one["ms"][key], many["ms"][key]
     print(f"| {list(sa)} . {list(sb)} contracting {contracting} batch {batch} | {n} | "
-          f"{one['ms'][key]:.3f} | {many['ms'][key]:.3f} | {one['ms'][key] / many['ms'][key]:.2f} |")
+          f"{a:.3f} | {b:.3f} | {a / b:.2f} |")
   for kind, (a, b) in totals.items():
     print(f"{kind} products, summed over the step: {a:.1f} ms on 1 core, {b:.1f} ms on "
           f"{len(every)} ({a / b:.2f}x)")
