@@ -50,18 +50,23 @@ def auto_batch_size(model_cfg, length: int, num_windows: int, members: int = 1) 
   return int(np.clip(min(by_memory, by_tokens), 1, num_windows))
 
 
+def standard_error(values) -> float | None:
+  """The standard error of the mean of a 1-d float64 array (sample deviation); None for one value,
+  which has none (null in results.json: NaN is not JSON)."""
+  return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else None
+
+
 def summarize(correct, nll, *, train_length: int, bucket: int) -> dict:
   """Accuracy (with its standard error over windows: None for one window), loss and accuracy by
   position; summed in float64 (a float32 mean of 0/1 scores is off in the ninth digit)."""
   correct, nll = np.asarray(correct, np.float64), np.asarray(nll, np.float64)
   per_window = correct.mean(axis=1)
   count, length = correct.shape
-  stderr = float(per_window.std(ddof=1) / np.sqrt(count)) if count > 1 else None
   beyond = correct[:, train_length:]
   starts = list(range(0, length, bucket))
   return {
       "accuracy": float(per_window.mean()),
-      "accuracy_stderr": stderr,
+      "accuracy_stderr": standard_error(per_window),
       "accuracy_beyond_train": float(beyond.mean()) if beyond.size else None,
       "loss": float(nll.mean()),
       "tokens": int(correct.size),

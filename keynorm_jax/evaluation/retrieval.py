@@ -15,7 +15,8 @@ import numpy as np
 from keynorm_jax.data.retrieval import (DEFAULT_DEPTHS, RetrievalError, prompt_length,
                                         retrieval_prompts, task, too_short)
 from keynorm_jax.data.tokenizer import offsets_encoder
-from keynorm_jax.evaluation.evaluate import auto_batch_size, open_evaluation, record_fields
+from keynorm_jax.evaluation.evaluate import (auto_batch_size, open_evaluation, record_fields,
+                                             standard_error)
 
 NEXT_TOKEN = "next_token"  # the --tasks name of the next-token evaluation (evaluate.py)
 
@@ -58,7 +59,7 @@ def summarize_retrieval(exact, tokens) -> dict:
   flat = exact.reshape(-1)
   return {
       "accuracy": float(flat.mean()),
-      "accuracy_stderr": float(flat.std(ddof=1) / np.sqrt(flat.size)) if flat.size > 1 else None,
+      "accuracy_stderr": standard_error(flat),
       "token_accuracy": float(tokens.mean()),
       "accuracy_by_depth": [float(x) for x in exact.mean(axis=1)],
       "token_accuracy_by_depth": [float(x) for x in tokens.mean(axis=1)],
