@@ -27,9 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from keynorm_jax import run_config
-from keynorm_jax.training.loop import init_state, make_train_step
-from keynorm_jax.training.optimizer import make_optimizer
+from benchmarks.profile_step import build
+from keynorm_jax.training.loop import make_train_step
 
 _CONFIG = flags.DEFINE_string("config", "transformer_kna_rope", "Config name.")
 _DTYPE = flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16"], "model.compute_dtype.")
@@ -46,12 +45,7 @@ def _axes(line, name):
 
 def step_dots(config_name, dtype):
   """{(lhs (dtype, shape), rhs (dtype, shape), out dtype, contracting, batch axes): count}."""
-  config = run_config.load_config(config_name)
-  config.model_size, config.model.compute_dtype = "cpu", dtype
-  config = run_config.resolve(config)
-  model, tx = run_config.build_model(config), make_optimizer(config)
-  state = init_state(model, tx, 0, config.train_length)
-  batch = np.zeros((config.batch_size, config.train_length + 1), np.int32)
+  model, tx, state, batch = build(config_name, "cpu", dtype=dtype)
   hlo = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1))).lower(state, batch).compile()
   count, shapes = collections.Counter(), {}
   for line in hlo.as_text().splitlines():

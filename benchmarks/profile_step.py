@@ -36,13 +36,15 @@ _AB = flags.DEFINE_enum("ab", None, KERNEL_NAMES, "Time the step with model.kern
                         "--ab=reference, the step without the CPU seam (PROFILE_NOTES.md).")
 
 
-def build(config_name: str, size: str, kernel=None):
-  """(model, tx, state, batch) of a config at `size` on random tokens (model.kernel = kernel if
-  given)."""
+def build(config_name: str, size: str, kernel=None, dtype=None):
+  """(model, tx, state, batch) of a config at `size` on random tokens (model.kernel = kernel and
+  model.compute_dtype = dtype if given)."""
   config = run_config.load_config(config_name)
   config.model_size = size
   if kernel is not None:
     config.model.kernel = kernel
+  if dtype is not None:
+    config.model.compute_dtype = dtype
   config = run_config.resolve(config)
   model, tx = run_config.build_model(config), make_optimizer(config)
   state = init_state(model, tx, 0, config.train_length)
