@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.profile_step import build
+from benchmarks.step_setup import config_at, step_inputs
 from keynorm_jax.training.loop import make_train_step
 
 _CONFIG = flags.DEFINE_string("config", "transformer_kna_rope", "Config name.")
@@ -45,7 +45,7 @@ def _axes(line, name):
 
 def step_dots(config_name, dtype):
   """{(lhs (dtype, shape), rhs (dtype, shape), out dtype, contracting, batch axes): count}."""
-  model, tx, state, batch = build(config_name, "cpu", dtype=dtype)
+  model, tx, state, batch = step_inputs(config_at(config_name, "cpu", dtype=dtype))
   hlo = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1))).lower(state, batch).compile()
   count, shapes = collections.Counter(), {}
   for line in hlo.as_text().splitlines():

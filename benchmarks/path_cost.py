@@ -24,11 +24,11 @@ import jax
 import numpy as np
 
 from benchmarks.compiled import compiled_gib
+from benchmarks.step_setup import config_at, random_tokens, step_inputs
 from keynorm_jax import run_config
 from keynorm_jax.evaluation.evaluate import auto_batch_size
 from keynorm_jax.scoring import make_scorer
-from keynorm_jax.training.loop import init_state, make_train_step
-from keynorm_jax.training.optimizer import make_optimizer
+from keynorm_jax.training.loop import make_train_step
 
 _CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "kna_path"], "Config names.")
 _SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")
@@ -54,10 +54,7 @@ def _best_seconds(run, count: int) -> float:
 
 def training(config):
   """(compiled GiB, seconds per step or None) of the config's jitted training step."""
-  model, tx = run_config.build_model(config), make_optimizer(config)
-  state = init_state(model, tx, 0, config.train_length)
-  batch = np.random.default_rng(0).integers(
-      0, 256, size=(config.batch_size, config.train_length + 1), dtype=np.int32)
+  model, tx, state, batch = step_inputs(config)
   step = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1))).lower(state, batch).compile()
   if _MEMORY_ONLY.value:
     return compiled_gib(step), None
@@ -72,7 +69,7 @@ def evaluation(config):
                                np.zeros((1, config.train_length), np.int32))["params"]
   length = _EVAL_LENGTH.value
   size = auto_batch_size(run_config.model_config(config), length, _EVAL_WINDOWS.value)
-  windows = np.random.default_rng(0).integers(0, 256, size=(size, length + 1), dtype=np.int32)
+  windows = random_tokens(size, length)
   scorer = make_scorer(model).lower(params, windows).compile()
   if _MEMORY_ONLY.value:
     return size, compiled_gib(scorer), None
@@ -89,9 +86,7 @@ def main(argv):
   print("|---|---|---|---|---|---|")
   shown = lambda seconds, digits: "-" if seconds is None else f"{seconds:.{digits}f}"
   for name in _CONFIGS.value:
-    config = run_config.load_config(name)
-    config.model_size = _SIZE.value
-    config = run_config.resolve(config)
+    config = config_at(name, _SIZE.value)
     train_gib, step_seconds = training(config)
     batch, eval_gib, window_seconds = evaluation(config)
     print(f"| {name} | {train_gib:.3f} | {shown(step_seconds, 3)} | {batch} | {eval_gib:.3f} | "

@@ -18,13 +18,11 @@ import time
 
 from absl import app, flags
 import jax
-import numpy as np
 
-from keynorm_jax import run_config
+from benchmarks.step_setup import config_at, step_inputs
 from keynorm_jax.attention import KERNEL_NAMES
 from keynorm_jax.scoring import token_scores
-from keynorm_jax.training.loop import init_state, make_train_step
-from keynorm_jax.training.optimizer import make_optimizer
+from keynorm_jax.training.loop import make_train_step
 
 _CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")
 _SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")
@@ -34,23 +32,6 @@ _HLO_DIR = flags.DEFINE_string("hlo_dir", None, "Write the step's optimized HLO 
 _AB = flags.DEFINE_enum("ab", None, KERNEL_NAMES, "Time the step with model.kernel set to this "
                         "(A) against the config's own kernel (B) instead of the parts: e.g. "
                         "--ab=reference, the step without the CPU seam (PROFILE_NOTES.md).")
-
-
-def build(config_name: str, size: str, kernel=None, dtype=None):
-  """(model, tx, state, batch) of a config at `size` on random tokens (model.kernel = kernel and
-  model.compute_dtype = dtype if given)."""
-  config = run_config.load_config(config_name)
-  config.model_size = size
-  if kernel is not None:
-    config.model.kernel = kernel
-  if dtype is not None:
-    config.model.compute_dtype = dtype
-  config = run_config.resolve(config)
-  model, tx = run_config.build_model(config), make_optimizer(config)
-  state = init_state(model, tx, 0, config.train_length)
-  batch = np.random.default_rng(0).integers(
-      0, 256, size=(config.batch_size, config.train_length + 1), dtype=np.int32)
-  return model, tx, state, batch
 
 
 def parts(model, tx):
@@ -89,7 +70,7 @@ def ab_steps(config_name: str, size: str, kernel: str):
   batch): the same parameters and batch for both."""
   steps = {}
   for label, name in ((f"A ({kernel})", kernel), ("B (config)", None)):
-    model, tx, state, batch = build(config_name, size, name)
+    model, tx, state, batch = step_inputs(config_at(config_name, size, kernel=name))
     step = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1)))
     steps[label] = step
   metrics = {label: step(state, batch)[1] for label, step in steps.items()}
@@ -109,7 +90,7 @@ def main(argv):
       print(f"{name:24s} A {a_wall:.3f} s (cpu {a_cpu:.3f})  B {b_wall:.3f} s (cpu {b_cpu:.3f})  "
             f"A/B wall {a_wall / b_wall:.3f}  cpu {a_cpu / b_cpu:.3f}", flush=True)
       continue
-    model, tx, state, batch = build(name, _SIZE.value)
+    model, tx, state, batch = step_inputs(config_at(name, _SIZE.value))
     fns = parts(model, tx)
     if _HLO_DIR.value:
       path = pathlib.Path(_HLO_DIR.value) / f"{name}_step.hlo.txt"

@@ -11,15 +11,15 @@ import time
 
 from absl import app, flags
 import jax
-import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from keynorm_jax import run_config  # pylint: disable=wrong-import-position
+# pylint: disable=wrong-import-position
+from benchmarks.step_setup import config_at, random_tokens, step_inputs
+from keynorm_jax import run_config
 from keynorm_jax.evaluation.evaluate import auto_batch_size
 from keynorm_jax.scoring import make_scorer, score_windows
-from keynorm_jax.training.loop import init_state, make_train_step
-from keynorm_jax.training.optimizer import make_optimizer
+from keynorm_jax.training.loop import make_train_step
 
 _SIZE = flags.DEFINE_enum("model_size", "cpu", list(run_config.MODEL_SIZES["gau"]), "Model size.")
 _CONFIG = flags.DEFINE_string("config", "kna_rope", "Config name.")
@@ -34,14 +34,9 @@ def _peak_rss_gib():
 
 def main(argv):
   del argv
-  config = run_config.load_config(_CONFIG.value)
-  config.model_size = _SIZE.value
-  config = run_config.resolve(config)
-  model, tx = run_config.build_model(config), make_optimizer(config)
-  state = init_state(model, tx, 0, config.train_length)
+  config = config_at(_CONFIG.value, _SIZE.value)
+  model, tx, state, batch = step_inputs(config)
   step = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1)), donate_argnums=0)
-  rng = np.random.default_rng(0)
-  batch = rng.integers(0, 256, size=(config.batch_size, config.train_length + 1), dtype=np.int32)
   state, metrics = step(state, batch)
   jax.block_until_ready(metrics)
   start = time.perf_counter()
@@ -54,7 +49,7 @@ def main(argv):
         f"{seconds:.3f} s/step, {config.batch_size * config.train_length / seconds:,.0f} tokens/s")
   scorer = make_scorer(model)
   for length in map(int, _LENGTHS.value):
-    windows = rng.integers(0, 256, size=(_WINDOWS.value, length + 1), dtype=np.int32)
+    windows = random_tokens(_WINDOWS.value, length)
     size = auto_batch_size(model.config, length, _WINDOWS.value)
     score_windows(scorer, state["params"], windows[:size], size)  # compile
     start = time.perf_counter()

@@ -25,11 +25,10 @@ import numpy as np
 import torch
 
 from benchmarks import torch_models  # pylint: disable=wrong-import-position
+from benchmarks.step_setup import config_at, step_inputs  # pylint: disable=wrong-import-position
 from keynorm_jax import run_config  # pylint: disable=wrong-import-position
 from keynorm_jax.cpu import features  # pylint: disable=wrong-import-position
-from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=wrong-import-position
-from keynorm_jax.training.loop import (  # pylint: disable=wrong-import-position
-    init_state, make_train_step)
+from keynorm_jax.training.loop import make_train_step  # pylint: disable=wrong-import-position
 
 _CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")
 _SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")
@@ -48,17 +47,11 @@ def _timed(run, steps):
 
 
 def compare(name, size, steps, rounds, with_compile, dtype):
-  config = run_config.load_config(name)
-  config.model_size = size
-  config.model.compute_dtype = dtype
-  config = run_config.resolve(config)
+  config = config_at(name, size, dtype=dtype)
   autocast = None if dtype == "float32" else getattr(torch, dtype)
   cfg = run_config.model_config(config)
-  batch = np.random.default_rng(0).integers(
-      0, 256, size=(config.batch_size, config.train_length + 1), dtype=np.int32)
-
-  model, tx = run_config.build_model(config), make_optimizer(config)
-  holder = {"state": init_state(model, tx, 0, config.train_length)}
+  model, tx, state, batch = step_inputs(config)
+  holder = {"state": state}
   jax_step = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1)), donate_argnums=0)
 
   def run_jax():

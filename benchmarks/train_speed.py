@@ -31,11 +31,10 @@ import numpy as np
 
 from benchmarks.compiled import compiled_gib  # pylint: disable=wrong-import-position
 from benchmarks.flops import train_step_flops  # pylint: disable=wrong-import-position
+from benchmarks.step_setup import config_at, step_inputs  # pylint: disable=wrong-import-position
 from keynorm_jax import precision, run_config  # pylint: disable=wrong-import-position
 from keynorm_jax.cpu import features  # pylint: disable=wrong-import-position
-from keynorm_jax.training.optimizer import make_optimizer  # pylint: disable=wrong-import-position
-from keynorm_jax.training.loop import (  # pylint: disable=wrong-import-position
-    init_state, make_train_step)
+from keynorm_jax.training.loop import make_train_step  # pylint: disable=wrong-import-position
 
 _CONFIGS = flags.DEFINE_list("configs", ["kna_rope", "transformer_kna_rope"], "Config names.")
 _SIZE = flags.DEFINE_string("model_size", "cpu", "Model size.")
@@ -62,14 +61,8 @@ def matmul_peak(n: int, dtype=jnp.float32, repeats: int = 20) -> float:
 def time_train_step(config_name: str, size: str, dtype: str, steps: int, repeats: int):
   """(seconds per step, model config, batch, length, compiled GiB) of the real jitted step on
   random tokens."""
-  config = run_config.load_config(config_name)
-  config.model_size = size
-  config.model.compute_dtype = dtype
-  config = run_config.resolve(config)
-  model, tx = run_config.build_model(config), make_optimizer(config)
-  state = init_state(model, tx, 0, config.train_length)
-  batch = np.random.default_rng(0).integers(
-      0, 256, size=(config.batch_size, config.train_length + 1), dtype=np.int32)
+  config = config_at(config_name, size, dtype=dtype)
+  model, tx, state, batch = step_inputs(config)
   step = jax.jit(make_train_step(model, tx, jax.random.PRNGKey(1)),
                  donate_argnums=0).lower(state, batch).compile()  # compiled once, timed below
   memory = compiled_gib(step)
