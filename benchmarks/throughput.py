@@ -1,6 +1,7 @@
 r"""Prints training and evaluation speed on this machine: `python benchmarks/throughput.py`.
 
-Training: seconds per step and tokens/s of the real jit-compiled step (random weights, real data).
+Training: seconds per step and tokens/s of the real jit-compiled step (random weights, random
+byte tokens).
 Evaluation: seconds per window and peak memory growth at each length, batch sized as eval.py does.
 """
 
