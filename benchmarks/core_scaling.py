@@ -2,9 +2,10 @@ r"""How each product of our training step speeds up with the CPU's cores:
 `tools/keep_freed_memory.sh python benchmarks/core_scaling.py`.
 
 Compiles a config's step (`cpu` size, --dtype), reads every distinct dot of the compiled program
-(shapes, contracting and batch axes, dtypes; benchmarks/PROFILE_NOTES.md, round 12), and times each
-alone with random inputs, in two child processes: one pinned to the first core, one on all of them
-(the affinity is set before jax starts, so XLA's thread pool takes its size from it). Prints one row
+(shapes, contracting and batch axes, dtypes; benchmarks/PROFILE_NOTES.md, round 12), and has each
+timed alone with random inputs in two child processes, given the dots on stdin: one pinned to the
+first core, one on all of them (the affinity is set before jax starts in the child, so XLA's thread
+pool takes its size from it). Prints one row
 per distinct dot (count in the step, ms each on one core and on all, the speedup) and the totals of
 the batched products (attention's, per query block) and the others (the dense layers'). Nothing is
 asserted. On a CPU only; measure while nothing else runs.
@@ -60,13 +61,14 @@ def step_dots(config_name, dtype):
   return count
 
 
-def time_dots(dots):
-  """{key: best ms of one call}, each dot compiled alone."""
+def time_dots(keys):
+  """{key: best ms of one call} for step_dots' keys as JSON, each dot compiled alone."""
   types = {"bf16": jnp.bfloat16, "f32": jnp.float32}
   rng = np.random.default_rng(0)
   out = {}
-  for key in dots:
-    (ta, sa), (tb, sb), to, contracting, batch = key
+  for key in keys:
+    (ta, sa), (tb, sb), to, contracting, batch = json.loads(key)
+    contracting, batch = (tuple(map(tuple, axes)) for axes in (contracting, batch))
     a = jnp.asarray(rng.standard_normal(sa), types[ta])
     b = jnp.asarray(rng.standard_normal(sb), types[tb])
     dot = jax.jit(lambda a, b, c=contracting, n=batch, t=types[to]: jax.lax.dot_general(
@@ -79,20 +81,18 @@ def time_dots(dots):
         result = dot(a, b)
       jax.block_until_ready(result)
       best = min(best, (time.perf_counter() - start) / 10)
-    out[json.dumps(key)] = best * 1e3
+    out[key] = best * 1e3
   return out
 
 
 def _child():
-  dots = step_dots(_CONFIG.value, _DTYPE.value)
-  print(json.dumps({"counts": {json.dumps(k): n for k, n in dots.items()},
-                    "ms": time_dots(dots)}))
+  print(json.dumps(time_dots(json.loads(sys.stdin.read()))))
 
 
-def _run_child(cores):
-  cmd = [sys.executable, __file__, f"--config={_CONFIG.value}", f"--dtype={_DTYPE.value}",
-         "--child"]
-  out = subprocess.run(cmd, check=True, capture_output=True, text=True,
+def _run_child(cores, keys):
+  """{key: ms} timed by a child process pinned to `cores`."""
+  out = subprocess.run([sys.executable, __file__, "--child"], input=json.dumps(keys), check=True,
+                       capture_output=True, text=True,
                        preexec_fn=lambda: os.sched_setaffinity(0, cores)).stdout
   return json.loads(out.strip().splitlines()[-1])
 
@@ -102,18 +102,19 @@ def main(argv):
   if _CHILD.value:
     _child()
     return
+  counts = {json.dumps(k): n for k, n in step_dots(_CONFIG.value, _DTYPE.value).items()}
   every = sorted(os.sched_getaffinity(0))
-  one, many = _run_child([every[0]]), _run_child(every)
+  one, many = _run_child([every[0]], list(counts)), _run_child(every, list(counts))
   print(f"{_CONFIG.value}, {_DTYPE.value}, `cpu` size: each distinct dot of the step alone, "
         f"1 core against {len(every)}")
   print(f"| dot | count | 1 core ms | {len(every)} cores ms | speedup |\n|---|---|---|---|---|")
   totals = collections.defaultdict(lambda: [0.0, 0.0])
-  for key, n in sorted(one["counts"].items(), key=lambda kv: -one["ms"][kv[0]] * kv[1]):
+  for key, n in sorted(counts.items(), key=lambda kv: -one[kv[0]] * kv[1]):
     (_, sa), (_, sb), _, contracting, batch = json.loads(key)
     kind = "batched" if batch[0] else "other"
-    totals[kind][0] += n * one["ms"][key]
-    totals[kind][1] += n * many["ms"][key]
-    a, b = one["ms"][key], many["ms"][key]
+    a, b = one[key], many[key]
+    totals[kind][0] += n * a
+    totals[kind][1] += n * b
     print(f"| {list(sa)} . {list(sb)} contracting {contracting} batch {batch} | {n} | "
           f"{a:.3f} | {b:.3f} | {a / b:.2f} |")
   for kind, (a, b) in totals.items():
